@@ -1,0 +1,59 @@
+"""The `cdt` command: one entry point, one subcommand per job.
+
+Subcommands are imported lazily so that `cdt serve` and `cdt rollout` work in an install without
+torch (the `[serve]` and `[client]` extras).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# subcommand -> (module with `main(argv)`, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "collect": ("training.collect", "collect an offline dataset with PPO-Lagrangian (PID)"),
+    "dataset": ("training.dataset_cli", "inspect, reduce or add outliers to a dataset"),
+    "train": ("training.train", "train CDT or a baseline on a dataset"),
+    "export": ("training.export", "export a checkpoint to models/NAME/ (ONNX + model card)"),
+    "evaluate": ("training.evaluate", "evaluate an exported policy in the simulator"),
+    "report": ("training.report", "run the algorithm x task grid and write paper-style tables"),
+    "serve": ("service.cli", "serve the model repository over REST and websocket"),
+    "rollout": ("clients.rollout", "drive a simulator through a running service"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: cdt <command> [options]", "", "commands:"]
+    lines += [f"  {name:<10} {text}" for name, (_, text) in SUBCOMMANDS.items()]
+    lines += ["", "Run `cdt <command> --help` for the options of one command."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Dispatch `cdt <command> ...` to the command's module."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in {"-h", "--help"}:
+        print(_usage())  # noqa: T201
+        return
+    name, rest = args[0], args[1:]
+    if name not in SUBCOMMANDS:
+        print(f"cdt: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)  # noqa: T201
+        raise SystemExit(2)
+    module_name, _ = SUBCOMMANDS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        extra = "serve" if module_name.startswith("service") else "client"
+        if module_name.startswith("training"):
+            extra = "train"
+        print(  # noqa: T201
+            f"cdt {name}: missing dependency {error.name!r}; install with "
+            f"pip install -e '.[{extra}]'",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from error
+    module.main(rest)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""Offline datasets in the DSRL HDF5 layout: validate, load, split into episodes, save.
+
+A file holds flat per-transition arrays (`observations`, `next_observations`, `actions`, `rewards`,
+`costs`, `terminals`, `timeouts`) and attributes naming the env and how the data was made. A file
+written by DSRL loads unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import h5py
+import numpy as np
+
+FLOAT_KEYS = ("observations", "next_observations", "actions", "rewards", "costs")
+FLAG_KEYS = ("terminals", "timeouts")
+REQUIRED_KEYS = FLOAT_KEYS + FLAG_KEYS
+
+
+class DatasetError(ValueError):
+    """A dataset file that cannot be used; the message is one line naming the problem."""
+
+
+class Episode(NamedTuple):
+    """One trajectory; every array has the episode's length on axis 0."""
+
+    observations: np.ndarray  # [T, obs_dim]
+    next_observations: np.ndarray  # [T, obs_dim]
+    actions: np.ndarray  # [T, act_dim]
+    rewards: np.ndarray  # [T]
+    costs: np.ndarray  # [T]
+    terminals: np.ndarray  # [T] bool
+    timeouts: np.ndarray  # [T] bool
+
+    @property
+    def length(self) -> int:
+        return int(self.rewards.shape[0])
+
+    @property
+    def reward_return(self) -> float:
+        return float(self.rewards.sum())
+
+    @property
+    def cost_return(self) -> float:
+        return float(self.costs.sum())
+
+
+@dataclass(frozen=True)
+class OfflineDataset:
+    """A loaded dataset: its episodes plus the file's attributes."""
+
+    episodes: list[Episode]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def observation_dim(self) -> int:
+        return int(self.episodes[0].observations.shape[1])
+
+    @property
+    def action_dim(self) -> int:
+        return int(self.episodes[0].actions.shape[1])
+
+    @property
+    def transitions(self) -> int:
+        return sum(episode.length for episode in self.episodes)
+
+    @property
+    def reward_returns(self) -> np.ndarray:
+        return np.array([episode.reward_return for episode in self.episodes], dtype=np.float64)
+
+    @property
+    def cost_returns(self) -> np.ndarray:
+        return np.array([episode.cost_return for episode in self.episodes], dtype=np.float64)
+
+    @property
+    def task(self) -> str:
+        return str(self.attrs.get("env_id", "unknown"))
+
+
+def _check_arrays(arrays: dict[str, np.ndarray]) -> None:
+    for key in REQUIRED_KEYS:
+        if key not in arrays:
+            raise DatasetError(f"missing key {key!r} (a DSRL file needs {', '.join(REQUIRED_KEYS)})")
+    length = arrays["rewards"].shape[0]
+    for key in REQUIRED_KEYS:
+        if arrays[key].shape[0] != length:
+            raise DatasetError(
+                f"ragged lengths: {key!r} has {arrays[key].shape[0]} rows, 'rewards' has {length}"
+            )
+    if length == 0:
+        raise DatasetError("the file holds no transitions")
+    for key in FLOAT_KEYS:
+        if not np.issubdtype(arrays[key].dtype, np.floating):
+            raise DatasetError(f"wrong dtype: {key!r} is {arrays[key].dtype}, expected float")
+        if not np.all(np.isfinite(arrays[key])):
+            bad = int(np.argwhere(~np.isfinite(arrays[key]))[0][0])
+            raise DatasetError(f"non-finite value (NaN or inf) in {key!r} at row {bad}")
+    for key in FLAG_KEYS:
+        dtype = arrays[key].dtype
+        if not (dtype == np.bool_ or np.issubdtype(dtype, np.number)):
+            raise DatasetError(f"wrong dtype: {key!r} is {dtype}, expected bool")
+    if arrays["observations"].ndim != 2 or arrays["actions"].ndim != 2:
+        raise DatasetError("'observations' and 'actions' must be 2-D [transitions, dim]")
+    if arrays["observations"].shape != arrays["next_observations"].shape:
+        raise DatasetError("'observations' and 'next_observations' differ in shape")
+    ends = arrays["terminals"].astype(bool) | arrays["timeouts"].astype(bool)
+    if not ends.any():
+        raise DatasetError("no episode end: neither 'terminals' nor 'timeouts' is ever true")
+
+
+def split_episodes(arrays: dict[str, np.ndarray]) -> list[Episode]:
+    """Cut flat DSRL arrays into episodes at every terminal or timeout.
+
+    Transitions after the last episode end (an unfinished episode) are dropped, as DSRL does.
+    """
+    _check_arrays(arrays)
+    ends = arrays["terminals"].astype(bool) | arrays["timeouts"].astype(bool)
+    end_rows = np.flatnonzero(ends)
+    starts = np.concatenate([[0], end_rows[:-1] + 1])
+    episodes = []
+    for start, end in zip(starts, end_rows + 1, strict=True):
+        episodes.append(
+            Episode(
+                observations=arrays["observations"][start:end].astype(np.float32),
+                next_observations=arrays["next_observations"][start:end].astype(np.float32),
+                actions=arrays["actions"][start:end].astype(np.float32),
+                rewards=arrays["rewards"][start:end].astype(np.float32),
+                costs=arrays["costs"][start:end].astype(np.float32),
+                terminals=arrays["terminals"][start:end].astype(bool),
+                timeouts=arrays["timeouts"][start:end].astype(bool),
+            )
+        )
+    return episodes
+
+
+def _decode_attr(value: Any) -> Any:
+    if isinstance(value, bytes):
+        value = value.decode()
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def load_dataset(path: str | Path) -> OfflineDataset:
+    """Load and validate a DSRL-layout HDF5 file.
+
+    Raises:
+        DatasetError: the file is missing, unreadable or malformed (one-line message).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"no such file: {path}")
+    try:
+        with h5py.File(path, "r") as file:
+            arrays = {key: np.asarray(file[key]) for key in REQUIRED_KEYS if key in file}
+            attrs = {key: _decode_attr(value) for key, value in file.attrs.items()}
+    except OSError as error:
+        raise DatasetError(f"not a readable HDF5 file: {path} ({error})") from error
+    return OfflineDataset(episodes=split_episodes(arrays), attrs=attrs)
+
+
+def concatenate_episodes(episodes: Sequence[Episode]) -> dict[str, np.ndarray]:
+    """Flatten episodes back into DSRL arrays (float32 data, bool flags)."""
+    if not episodes:
+        raise DatasetError("cannot write a dataset with no episodes")
+    return {
+        key: np.concatenate([getattr(episode, key) for episode in episodes]).astype(
+            bool if key in FLAG_KEYS else np.float32
+        )
+        for key in REQUIRED_KEYS
+    }
+
+
+def save_dataset(path: str | Path, episodes: Sequence[Episode], attrs: dict[str, Any]) -> Path:
+    """Write episodes as a compressed DSRL HDF5 file, atomically (temp file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = concatenate_episodes(episodes)
+    temporary = path.with_name(f".{path.name}.tmp")
+    with h5py.File(temporary, "w") as file:
+        for key, array in arrays.items():
+            file.create_dataset(key, data=array, compression="gzip", compression_opts=9, shuffle=True)
+        for key, value in attrs.items():
+            file.attrs[key] = value if isinstance(value, str | int | float) else json.dumps(value)
+    os.replace(temporary, path)
+    return path
