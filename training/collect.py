@@ -1,0 +1,301 @@
+"""`cdt collect`: build an offline safe-RL dataset with PPO-Lagrangian and a rising cost threshold.
+
+The paper's appendix ("Dataset Collection") trains PPO-Lagrangian while the cost threshold
+rises from eps_1 to eps_2 between epochs n_1 and n_2, keeps every rollout, then thins the data
+with a grid filter over (cost return, reward return). A run directory holds the raw rollouts of
+every epoch and a resumable learner state, so an interrupted run loses at most one epoch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import tyro
+from tqdm import tqdm
+
+from training.dataset import REQUIRED_KEYS, Episode, load_dataset, save_dataset, split_episodes
+from training.ppo_lagrangian import (
+    ActorCritic,
+    PidLagrangian,
+    PpoSettings,
+    RunningNormaliser,
+    ppo_update,
+)
+from training.rollout_collector import EpisodeRecorder, collect_epoch, make_envs
+
+logger = logging.getLogger(__name__)
+
+# Per-task schedules: (epochs, steps per epoch, eps_1, eps_2, n_1, n_2). Ours, tuned so that one
+# CarRun run fits in about half an hour on 2 cores; the cost range reaches well past 3 x kappa = 30.
+TASK_SCHEDULES: dict[str, tuple[int, int, float, float, int, int]] = {
+    "SafetyCarRun-v0": (50, 20_000, 5.0, 80.0, 5, 40),
+    "SafetyBallRun-v0": (50, 20_000, 5.0, 80.0, 5, 40),
+    "SafetyDroneRun-v0": (80, 20_000, 5.0, 100.0, 10, 60),
+    "SafetyAntRun-v0": (150, 20_000, 5.0, 100.0, 20, 120),
+    "SafetyCarCircle-v0": (60, 20_000, 5.0, 100.0, 5, 45),
+    "SafetyDroneCircle-v0": (100, 20_000, 5.0, 100.0, 10, 80),
+}
+DEFAULT_SCHEDULE = (60, 20_000, 5.0, 100.0, 5, 45)
+
+
+@dataclass(frozen=True)
+class CollectConfig:
+    """Settings of one collection run."""
+
+    task: str = "SafetyCarRun-v0"
+    """gymnasium env id (Bullet-Safety-Gym task, or any env with a `cost` in `info`)."""
+    out: Path | None = None
+    """output HDF5 file (default datasets/<task>.hdf5)."""
+    run_dir: Path | None = None
+    """where raw rollouts and the resumable learner state live (default runs/collect/<task>)."""
+    epochs: int | None = None
+    """PPO epochs (default: the task's schedule)."""
+    steps_per_epoch: int | None = None
+    """env steps per epoch, over all envs (default: the task's schedule)."""
+    threshold_start: float | None = None
+    """eps_1: the cost threshold before epoch n_1."""
+    threshold_end: float | None = None
+    """eps_2: the cost threshold after epoch n_2."""
+    rise_start_epoch: int | None = None
+    """n_1: the epoch at which the threshold starts rising."""
+    rise_end_epoch: int | None = None
+    """n_2: the epoch at which the threshold reaches eps_2."""
+    num_envs: int = 8
+    """envs stepped together (one process; the policy runs batched)."""
+    gamma: float = 0.99
+    """discount for both critics."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    k_p: float = 0.1
+    """PID multiplier: proportional gain."""
+    k_i: float = 0.003
+    """PID multiplier: integral gain."""
+    k_d: float = 0.001
+    """PID multiplier: derivative gain."""
+    cost_bins: int = 25
+    """grid filter: cells along the cost-return axis."""
+    reward_bins: int = 25
+    """grid filter: cells along the reward-return axis."""
+    max_per_cell: int = 10
+    """grid filter: most trajectories kept per cell."""
+    seed: int = 0
+    """seed of envs, policy and filter."""
+    finalize_only: bool = False
+    """skip learning: filter the raw rollouts already in run_dir and write the dataset."""
+
+    def schedule(self) -> tuple[int, int, float, float, int, int]:
+        """The resolved (epochs, steps/epoch, eps_1, eps_2, n_1, n_2)."""
+        default = TASK_SCHEDULES.get(self.task, DEFAULT_SCHEDULE)
+        given = (
+            self.epochs,
+            self.steps_per_epoch,
+            self.threshold_start,
+            self.threshold_end,
+            self.rise_start_epoch,
+            self.rise_end_epoch,
+        )
+        epochs, steps, eps1, eps2, n1, n2 = (
+            d if g is None else g for g, d in zip(given, default, strict=True)
+        )
+        return int(epochs), int(steps), float(eps1), float(eps2), int(n1), int(n2)
+
+    @property
+    def output_path(self) -> Path:
+        return self.out or Path("datasets") / f"{self.task}.hdf5"
+
+    @property
+    def run_path(self) -> Path:
+        return self.run_dir or Path("runs") / "collect" / self.task
+
+
+def cost_threshold(epoch: int, eps1: float, eps2: float, n1: int, n2: int) -> float:
+    """The paper's rising threshold: eps_1 before n_1, linear to eps_2 at n_2, eps_2 after."""
+    if epoch <= n1:
+        return eps1
+    if epoch >= n2:
+        return eps2
+    return eps1 + (eps2 - eps1) * (epoch - n1) / (n2 - n1)
+
+
+def _atomic_torch_save(state: dict[str, Any], path: Path) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    torch.save(state, temporary)
+    os.replace(temporary, path)
+
+
+def _learner_state(
+    model: ActorCritic,
+    optimiser: torch.optim.Optimizer,
+    pid: PidLagrangian,
+    normaliser: RunningNormaliser,
+    epoch: int,
+) -> dict[str, Any]:
+    return {
+        "model": model.state_dict(),
+        "optimiser": optimiser.state_dict(),
+        "pid": dataclasses.asdict(pid),
+        "normaliser": {
+            "mean": torch.as_tensor(normaliser.mean),
+            "var": torch.as_tensor(normaliser.var),
+            "count": normaliser.count,
+        },
+        "epoch": epoch,
+    }
+
+
+def _restore(
+    path: Path,
+    model: ActorCritic,
+    optimiser: torch.optim.Optimizer,
+    normaliser: RunningNormaliser,
+) -> tuple[PidLagrangian, int]:
+    state = torch.load(path, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimiser.load_state_dict(state["optimiser"])
+    normaliser.mean = state["normaliser"]["mean"].numpy()
+    normaliser.var = state["normaliser"]["var"].numpy()
+    normaliser.count = float(state["normaliser"]["count"])
+    return PidLagrangian(**state["pid"]), int(state["epoch"]) + 1
+
+
+def _save_raw_epoch(run_path: Path, epoch: int, episodes: list[Episode], threshold: float) -> None:
+    raw = run_path / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    if not episodes:
+        return
+    arrays = {key: np.concatenate([getattr(e, key) for e in episodes]) for key in REQUIRED_KEYS}
+    temporary = raw / f".epoch_{epoch:04d}.tmp.npz"
+    np.savez_compressed(temporary, threshold=threshold, **arrays)
+    os.replace(temporary, raw / f"epoch_{epoch:04d}.npz")
+
+
+def load_raw_episodes(run_path: Path) -> tuple[list[Episode], list[int]]:
+    """All episodes kept in a run's raw folder, with the epoch each came from."""
+    episodes: list[Episode] = []
+    epochs: list[int] = []
+    for chunk in sorted((run_path / "raw").glob("epoch_*.npz")):
+        with np.load(chunk) as data:
+            found = split_episodes({key: data[key] for key in REQUIRED_KEYS})
+        episodes += found
+        epochs += [int(chunk.stem.split("_")[1])] * len(found)
+    return episodes, epochs
+
+
+def learn(config: CollectConfig) -> None:
+    """Run (or resume) PPO-Lagrangian, keeping every finished episode as raw data."""
+    epochs, steps_per_epoch, eps1, eps2, n1, n2 = config.schedule()
+    run_path = config.run_path
+    run_path.mkdir(parents=True, exist_ok=True)
+    (run_path / "config.json").write_text(json.dumps(dataclasses.asdict(config), default=str))
+    torch.manual_seed(config.seed)
+    # The networks are tiny: extra intra-op threads only fight the simulator for the cores.
+    torch.set_num_threads(1)
+    envs = make_envs(config.task, config.num_envs)
+    observation_dim = envs[0].observation_space.shape[0]
+    action_dim = envs[0].action_space.shape[0]
+    model = ActorCritic(observation_dim, action_dim)
+    settings = PpoSettings()
+    optimiser = torch.optim.Adam(model.parameters(), lr=settings.learning_rate)
+    normaliser = RunningNormaliser(observation_dim)
+    pid, first_epoch = PidLagrangian(config.k_p, config.k_i, config.k_d), 0
+    state_path = run_path / "learner.pt"
+    if state_path.exists():
+        pid, first_epoch = _restore(state_path, model, optimiser, normaliser)
+        logger.info("resuming %s at epoch %d", run_path, first_epoch)
+    recorder = EpisodeRecorder(envs, seed=config.seed * 10_000 + first_epoch)
+    progress = tqdm(
+        range(first_epoch, epochs),
+        desc=f"collect {config.task}",
+        unit="epoch",
+        initial=first_epoch,
+        total=epochs,
+    )
+    for epoch in progress:
+        started = time.perf_counter()
+        threshold = cost_threshold(epoch, eps1, eps2, n1, n2)
+        result = collect_epoch(
+            recorder, model, normaliser, steps_per_epoch, config.gamma, config.gae_lambda
+        )
+        mean_cost = result.mean_cost if result.episodes else pid.previous_cost
+        multiplier = pid.update(mean_cost, threshold)
+        generator = torch.Generator().manual_seed(config.seed * 10_000 + epoch)
+        ppo_update(model, optimiser, result.batch, multiplier, settings, generator)
+        _save_raw_epoch(run_path, epoch, result.episodes, threshold)
+        _atomic_torch_save(_learner_state(model, optimiser, pid, normaliser, epoch), state_path)
+        progress.set_postfix(
+            threshold=f"{threshold:.1f}",
+            reward=f"{result.mean_reward:.1f}",
+            cost=f"{result.mean_cost:.1f}",
+            lam=f"{multiplier:.3f}",
+            steps_s=f"{steps_per_epoch / (time.perf_counter() - started):.0f}",
+        )
+
+
+def finalize(config: CollectConfig) -> Path:
+    """Grid-filter the raw rollouts, write the HDF5 file, its JSON summary and scatter plot."""
+    from training.dataset_cli import plot_returns, write_summary
+    from training.grid_filter import grid_filter
+
+    episodes, _ = load_raw_episodes(config.run_path)
+    if not episodes:
+        raise SystemExit(f"cdt collect: no raw rollouts in {config.run_path / 'raw'}")
+    rewards = np.array([e.reward_return for e in episodes])
+    costs = np.array([e.cost_return for e in episodes])
+    keep = grid_filter(
+        costs,
+        rewards,
+        config.cost_bins,
+        config.reward_bins,
+        config.max_per_cell,
+        np.random.default_rng(config.seed),
+    )
+    kept = [episodes[i] for i in sorted(keep)]
+    epochs, steps, eps1, eps2, n1, n2 = config.schedule()
+    attrs = {
+        "env_id": config.task,
+        "collector": "PPO-Lagrangian (PID multiplier), rising cost threshold",
+        "schedule": {
+            "epochs": epochs,
+            "steps_per_epoch": steps,
+            "eps_1": eps1,
+            "eps_2": eps2,
+            "n_1": n1,
+            "n_2": n2,
+        },
+        "grid_filter": {
+            "cost_bins": config.cost_bins,
+            "reward_bins": config.reward_bins,
+            "max_per_cell": config.max_per_cell,
+        },
+        "raw_episodes": len(episodes),
+        "seed": config.seed,
+    }
+    path = save_dataset(config.output_path, kept, attrs)
+    dataset = load_dataset(path)
+    write_summary(dataset, path.with_suffix(".json"))
+    plot_returns(dataset, path.with_suffix(".png"), thresholds=(10.0, 20.0, 40.0))
+    logger.info("kept %d of %d episodes -> %s", len(kept), len(episodes), path)
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of `cdt collect`."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    config = tyro.cli(CollectConfig, args=argv, prog="cdt collect")
+    if not config.finalize_only:
+        learn(config)
+    path = finalize(config)
+    print(f"dataset written: {path}")
+
+
+if __name__ == "__main__":
+    main()

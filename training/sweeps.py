@@ -1,0 +1,195 @@
+"""The paper's target sweeps and the mid-episode budget-change study, with PNG plots.
+
+- Zero-shot adaptation (paper Fig. 4): fix the target reward, vary the target cost.
+- Conflicting targets (paper section 5, robustness to conflicting returns): fix the target cost,
+  vary the target reward.
+- Budget change: start at one cost limit, tighten it at step t, compare the cost rate before and
+  after t (what `PATCH /v1/episodes/{id}/budget` does in the service).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from service.policy import read_card
+from training.evaluate import RolloutSpec, episode_seeds, evaluate_policy_dir, run_parallel
+
+logger = logging.getLogger(__name__)
+
+
+def sweep(
+    model_dir: Path,
+    *,
+    vary: str,
+    values: Sequence[float],
+    fixed: float,
+    episodes: int,
+    seeds: int,
+    workers: int,
+) -> list[dict[str, Any]]:
+    """Evaluate at each value of the varied target ("cost" or "reward"), the other fixed."""
+    rows = []
+    for value in values:
+        reward, cost = (fixed, value) if vary == "cost" else (value, fixed)
+        rows.append(
+            evaluate_policy_dir(
+                model_dir,
+                episodes,
+                seeds,
+                target_reward=reward,
+                target_cost=cost,
+                workers=workers,
+            )
+        )
+    return rows
+
+
+def plot_sweep(rows: list[dict[str, Any]], vary: str, path: Path) -> None:
+    """Reward and cost (mean +- one std) against the varied target."""
+    x = np.array([row[f"target_{vary}"] for row in rows])
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for axis, key, label in ((left, "reward", "episode reward"), (right, "cost", "episode cost")):
+        mean = np.array([row[f"{key}_mean"] for row in rows])
+        std = np.array([row[f"{key}_std"] for row in rows])
+        axis.plot(x, mean, marker="o", label="CDT")
+        axis.fill_between(x, mean - std, mean + std, alpha=0.25)
+        axis.set_xlabel(f"target {vary}")
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+    if vary == "cost":
+        right.plot(x, x, linestyle="--", color="grey", label="cost = target")
+        right.legend()
+    figure.suptitle(f"{rows[0]['model']}: {'zero-shot cost' if vary == 'cost' else 'reward'} sweep")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def budget_change_study(
+    model_dir: Path,
+    *,
+    target_reward: float,
+    start_cost: float,
+    end_cost: float,
+    change_step: int,
+    episodes: int,
+    workers: int,
+) -> dict[str, Any]:
+    """Tighten the cost limit at `change_step`; per-step cost rates before and after."""
+    card = read_card(model_dir)
+    specs = [
+        RolloutSpec(
+            str(model_dir),
+            card.task,
+            target_reward,
+            start_cost,
+            chunk,
+            cost_schedule=((change_step, end_cost),),
+            record_steps=True,
+        )
+        for chunk in episode_seeds(episodes, 1)
+    ]
+    results = run_parallel(specs, workers, "budget change")
+    horizon = max(len(r.step_costs) for r in results)
+    costs = np.zeros((len(results), horizon))
+    for row, result in enumerate(results):
+        costs[row, : len(result.step_costs)] = result.step_costs
+    return {
+        "model": card.name,
+        "start_cost": start_cost,
+        "end_cost": end_cost,
+        "change_step": change_step,
+        "episodes": len(results),
+        "cost_rate_before": float(costs[:, :change_step].mean()),
+        "cost_rate_after": float(costs[:, change_step:].mean()),
+        "mean_step_costs": costs.mean(0).tolist(),
+        "total_cost_mean": float(costs.sum(1).mean()),
+    }
+
+
+def plot_budget_change(study: dict[str, Any], path: Path) -> None:
+    """Cumulative cost per step, with the moment the limit changes marked."""
+    cumulative = np.cumsum(study["mean_step_costs"])
+    figure, axis = plt.subplots(figsize=(6, 4))
+    axis.plot(cumulative, label="mean cumulative cost")
+    axis.axvline(
+        study["change_step"],
+        color="red",
+        linestyle="--",
+        label=f"limit {study['start_cost']:g} -> {study['end_cost']:g}",
+    )
+    axis.axhline(study["end_cost"], color="grey", linestyle=":", label="new limit")
+    axis.set_xlabel("step")
+    axis.set_ylabel("cumulative cost")
+    axis.legend()
+    axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _floats(text: str) -> list[float]:
+    return [float(part) for part in text.split(",") if part]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m training.sweeps MODEL_DIR`: run the sweeps and the budget-change study."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    parser = argparse.ArgumentParser(prog="python -m training.sweeps", description=__doc__)
+    parser.add_argument("model_dir", type=Path)
+    parser.add_argument("--costs", default="0,5,10,20,30,40,60", help="zero-shot cost targets")
+    parser.add_argument(
+        "--rewards",
+        default="",
+        help="conflicting reward targets (default: 50%%..150%% of the dataset's max return)",
+    )
+    parser.add_argument("--fixed-reward", type=float, help="default: the card's default target")
+    parser.add_argument("--fixed-cost", type=float, default=10.0)
+    parser.add_argument("--episodes", type=int, default=10)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--change-step", type=int, default=60)
+    parser.add_argument("--out", type=Path, help="default: MODEL_DIR/evaluation")
+    args = parser.parse_args(argv)
+    card = read_card(args.model_dir).model_dump()
+    r_max = float((card.get("dataset") or {}).get("reward_return_max", 100.0))
+    targets = card.get("default_targets") or [{"reward": r_max}]
+    fixed_reward = args.fixed_reward or float(targets[0]["reward"])
+    rewards = _floats(args.rewards) or [r_max * f for f in (0.5, 0.75, 1.0, 1.25, 1.5)]
+    out = args.out or args.model_dir / "evaluation"
+    out.mkdir(parents=True, exist_ok=True)
+    common = {"episodes": args.episodes, "seeds": args.seeds, "workers": args.workers}
+    zero_shot = sweep(
+        args.model_dir, vary="cost", values=_floats(args.costs), fixed=fixed_reward, **common
+    )
+    plot_sweep(zero_shot, "cost", out / "zero_shot_cost.png")
+    conflict = sweep(args.model_dir, vary="reward", values=rewards, fixed=args.fixed_cost, **common)
+    plot_sweep(conflict, "reward", out / "conflicting_reward.png")
+    study = budget_change_study(
+        args.model_dir,
+        target_reward=fixed_reward,
+        start_cost=40.0,
+        end_cost=10.0,
+        change_step=args.change_step,
+        episodes=args.episodes,
+        workers=args.workers,
+    )
+    plot_budget_change(study, out / "budget_change.png")
+    result = {"zero_shot": zero_shot, "conflicting": conflict, "budget_change": study}
+    (out / "sweeps.json").write_text(json.dumps(result, indent=2))
+    print(f"written: {out}/sweeps.json and three PNG plots")
+
+
+if __name__ == "__main__":
+    main()
