@@ -256,7 +256,7 @@ def finalize(config: CollectConfig) -> Path:
         config.cost_bins,
         config.reward_bins,
         config.max_per_cell,
-        np.random.default_rng(config.seed),
+        rng=np.random.default_rng(config.seed),
     )
     kept = [episodes[i] for i in sorted(keep)]
     epochs, steps, eps1, eps2, n1, n2 = config.schedule()

@@ -8,6 +8,7 @@ written by DSRL loads unchanged.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,9 @@ import numpy as np
 FLOAT_KEYS = ("observations", "next_observations", "actions", "rewards", "costs")
 FLAG_KEYS = ("terminals", "timeouts")
 REQUIRED_KEYS = FLOAT_KEYS + FLAG_KEYS
+VECTOR_KEYS = ("rewards", "costs", "terminals", "timeouts")  # [transitions], one value per step
+
+logger = logging.getLogger(__name__)
 
 
 class DatasetError(ValueError):
@@ -82,10 +86,24 @@ class OfflineDataset:
         return str(self.attrs.get("env_id", "unknown"))
 
 
-def _check_arrays(arrays: dict[str, np.ndarray]) -> None:
+def _squeeze_columns(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Accept `[N, 1]` rewards, costs and flags as `[N]`, as DSRL's `get_dataset` does."""
+    return {
+        key: array[:, 0]
+        if key in VECTOR_KEYS and array.ndim == 2 and array.shape[1] == 1
+        else array
+        for key, array in arrays.items()
+    }
+
+
+def _check_shapes(arrays: dict[str, np.ndarray]) -> None:
     for key in REQUIRED_KEYS:
         if key not in arrays:
-            raise DatasetError(f"missing key {key!r} (a DSRL file needs {', '.join(REQUIRED_KEYS)})")
+            raise DatasetError(
+                f"missing key {key!r} (a DSRL file needs {', '.join(REQUIRED_KEYS)})"
+            )
+        if arrays[key].ndim == 0:
+            raise DatasetError(f"{key!r} is a scalar, expected one row per transition")
     length = arrays["rewards"].shape[0]
     for key in REQUIRED_KEYS:
         if arrays[key].shape[0] != length:
@@ -94,6 +112,17 @@ def _check_arrays(arrays: dict[str, np.ndarray]) -> None:
             )
     if length == 0:
         raise DatasetError("the file holds no transitions")
+    for key in VECTOR_KEYS:
+        if arrays[key].ndim != 1:
+            raise DatasetError(f"{key!r} must be 1-D [transitions], got {arrays[key].shape}")
+    if arrays["observations"].ndim != 2 or arrays["actions"].ndim != 2:
+        raise DatasetError("'observations' and 'actions' must be 2-D [transitions, dim]")
+    if arrays["observations"].shape != arrays["next_observations"].shape:
+        raise DatasetError("'observations' and 'next_observations' differ in shape")
+
+
+def _check_arrays(arrays: dict[str, np.ndarray]) -> None:
+    _check_shapes(arrays)
     for key in FLOAT_KEYS:
         if not np.issubdtype(arrays[key].dtype, np.floating):
             raise DatasetError(f"wrong dtype: {key!r} is {arrays[key].dtype}, expected float")
@@ -104,10 +133,10 @@ def _check_arrays(arrays: dict[str, np.ndarray]) -> None:
         dtype = arrays[key].dtype
         if not (dtype == np.bool_ or np.issubdtype(dtype, np.number)):
             raise DatasetError(f"wrong dtype: {key!r} is {dtype}, expected bool")
-    if arrays["observations"].ndim != 2 or arrays["actions"].ndim != 2:
-        raise DatasetError("'observations' and 'actions' must be 2-D [transitions, dim]")
-    if arrays["observations"].shape != arrays["next_observations"].shape:
-        raise DatasetError("'observations' and 'next_observations' differ in shape")
+        if dtype != np.bool_ and not np.all(
+            (arrays[key] == 0) | (arrays[key] == 1)
+        ):  # NaN fails both
+            raise DatasetError(f"{key!r} holds values other than 0 and 1")
     ends = arrays["terminals"].astype(bool) | arrays["timeouts"].astype(bool)
     if not ends.any():
         raise DatasetError("no episode end: neither 'terminals' nor 'timeouts' is ever true")
@@ -118,9 +147,13 @@ def split_episodes(arrays: dict[str, np.ndarray]) -> list[Episode]:
 
     Transitions after the last episode end (an unfinished episode) are dropped, as DSRL does.
     """
+    arrays = _squeeze_columns(arrays)
     _check_arrays(arrays)
     ends = arrays["terminals"].astype(bool) | arrays["timeouts"].astype(bool)
     end_rows = np.flatnonzero(ends)
+    unfinished = arrays["rewards"].shape[0] - int(end_rows[-1]) - 1
+    if unfinished:
+        logger.warning("dropped %d transitions after the last episode end", unfinished)
     starts = np.concatenate([[0], end_rows[:-1] + 1])
     episodes = []
     for start, end in zip(starts, end_rows + 1, strict=True):
@@ -146,8 +179,8 @@ def _decode_attr(value: Any) -> Any:
             return json.loads(value)
         except json.JSONDecodeError:
             return value
-    if isinstance(value, np.generic):
-        return value.item()
+    if isinstance(value, np.generic | np.ndarray):
+        return value.tolist()  # plain Python, so the attrs can be written back as JSON
     return value
 
 
@@ -162,6 +195,9 @@ def load_dataset(path: str | Path) -> OfflineDataset:
         raise DatasetError(f"no such file: {path}")
     try:
         with h5py.File(path, "r") as file:
+            for key in REQUIRED_KEYS:
+                if key in file and not isinstance(file[key], h5py.Dataset):
+                    raise DatasetError(f"{key!r} is an HDF5 group, expected a dataset: {path}")
             arrays = {key: np.asarray(file[key]) for key in REQUIRED_KEYS if key in file}
             attrs = {key: _decode_attr(value) for key, value in file.attrs.items()}
     except OSError as error:
@@ -187,10 +223,17 @@ def save_dataset(path: str | Path, episodes: Sequence[Episode], attrs: dict[str,
     path.parent.mkdir(parents=True, exist_ok=True)
     arrays = concatenate_episodes(episodes)
     temporary = path.with_name(f".{path.name}.tmp")
-    with h5py.File(temporary, "w") as file:
-        for key, array in arrays.items():
-            file.create_dataset(key, data=array, compression="gzip", compression_opts=9, shuffle=True)
-        for key, value in attrs.items():
-            file.attrs[key] = value if isinstance(value, str | int | float) else json.dumps(value)
-    os.replace(temporary, path)
+    try:
+        with h5py.File(temporary, "w") as file:
+            for key, array in arrays.items():
+                file.create_dataset(
+                    key, data=array, compression="gzip", compression_opts=9, shuffle=True
+                )
+            for key, value in attrs.items():
+                file.attrs[key] = (
+                    value if isinstance(value, str | int | float) else json.dumps(value)
+                )
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)  # only still there when writing failed
     return path

