@@ -1,0 +1,39 @@
+"""`python -m training.baselines.cli`: train, export and say where."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.training.baselines.synthetic import tiny_episodes
+from training.baselines.cli import main
+from training.dataset import save_dataset
+
+
+def test_main_trains_exports_and_prints_the_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dataset = save_dataset(tmp_path / "tiny.hdf5", tiny_episodes(), {"env_id": "TinyTask-v0"})
+    out = tmp_path / "models" / "bcq-lag-tiny"
+    main(
+        [
+            "--algo", "bcq-lag", "--dataset", str(dataset), "--out", str(out),
+            "--cost-limit", "4", "--steps", "3", "--seed", "1", "--batch-size", "16",
+            "--actor-hidden", "8", "8", "--critic-hidden", "8", "8", "--vae-hidden", "8",
+            "--action-low", "-1", "-2", "--action-high", "1", "2",
+        ]
+    )  # fmt: skip
+    printed = capsys.readouterr().out
+    assert str(out / "model.onnx") in printed
+    card = json.loads((out / "model.json").read_text())
+    assert card["algo"] == "bcq-lag" and card["training_config"]["seed"] == 1
+    assert card["action_low"] == [-1.0, -2.0]
+
+
+def test_main_without_qualifying_trajectories_exits_with_one_line(tmp_path: Path) -> None:
+    dataset = save_dataset(tmp_path / "tiny.hdf5", tiny_episodes(), {"env_id": "TinyTask-v0"})
+    argv = ["--algo", "bc-risky", "--dataset", str(dataset), "--cost-limit", "1000", "--steps", "1"]
+    with pytest.raises(SystemExit, match="no trajectory qualifies"):
+        main(argv)

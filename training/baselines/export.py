@@ -1,0 +1,208 @@
+"""Export a trained baseline as models/<name>/model.onnx + model.json (docs/ARTIFACT.md).
+
+The graph takes the contract's six inputs with K = 1, normalises the newest state itself, maps
+the policy's [-1, 1] action to env units inside [action_low, action_high], and outputs the
+action mean and log-std. Inputs a stateless policy does not read (all but `states`, and
+`costs_to_go` for MT-BC) are still declared, so every artifact has the same signature.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime
+import json
+import os
+import subprocess
+import warnings
+from pathlib import Path
+from typing import Any
+
+import onnx
+import torch
+from onnx import TensorProto, helper
+from torch import nn
+
+from training.baselines import DETERMINISTIC_ALGORITHMS
+from training.baselines.data import Normaliser
+from training.baselines.networks import DETERMINISTIC_LOG_STD
+from training.baselines.trainer import TrainedBaseline
+from training.dataset import OfflineDataset
+
+ONNX_OPSET = 17
+CONTEXT_LEN = 1
+INPUT_NAMES = ("states", "actions", "returns_to_go", "costs_to_go", "time_steps", "padding_mask")
+OUTPUT_NAMES = ("action_mean", "action_log_std")
+
+
+class OnnxBaselinePolicy(nn.Module):
+    """The exported graph: contract inputs -> (action_mean, action_log_std) in env units."""
+
+    state_mean: torch.Tensor
+    state_std: torch.Tensor
+    action_low: torch.Tensor
+    action_high: torch.Tensor
+    cost_normaliser: torch.Tensor
+
+    def __init__(self, head: nn.Module, normaliser: Normaliser) -> None:
+        super().__init__()
+        self.head = head
+
+        def buffer(values: Any) -> torch.Tensor:
+            return torch.as_tensor(values, dtype=torch.float32)
+
+        self.register_buffer("state_mean", buffer(normaliser.state_mean))
+        self.register_buffer("state_std", buffer(normaliser.state_std))
+        self.register_buffer("action_low", buffer(normaliser.action_low))
+        self.register_buffer("action_high", buffer(normaliser.action_high))
+        self.register_buffer("cost_normaliser", buffer(normaliser.cost_normaliser))
+
+    def forward(
+        self,
+        states: torch.Tensor,
+        actions: torch.Tensor,
+        returns_to_go: torch.Tensor,
+        costs_to_go: torch.Tensor,
+        time_steps: torch.Tensor,
+        padding_mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """states [B, K, obs_dim], costs_to_go [B, K] -> mean, log-std [B, act_dim]."""
+        newest = (states[:, -1] - self.state_mean) / self.state_std  # [B, obs_dim], step K - 1
+        condition = costs_to_go[:, -1] / self.cost_normaliser  # [B]
+        unit_mean, unit_log_std = self.head(newest, condition)
+        half_range = (self.action_high - self.action_low) / 2.0  # [act_dim]
+        mean = self.action_low + (unit_mean + 1.0) * half_range
+        mean = torch.minimum(torch.maximum(mean, self.action_low), self.action_high)
+        if unit_log_std is None:
+            return mean, torch.full_like(mean, DETERMINISTIC_LOG_STD)
+        return mean, unit_log_std + torch.log(half_range)
+
+
+def example_inputs(
+    observation_dim: int, action_dim: int, batch_size: int = 2
+) -> tuple[torch.Tensor, ...]:
+    """Zero-valued contract inputs of K = 1, in INPUT_NAMES order."""
+    shape = (batch_size, CONTEXT_LEN)
+    return (
+        torch.zeros((*shape, observation_dim)),
+        torch.zeros((*shape, action_dim)),
+        torch.zeros(shape),
+        torch.full(shape, 10.0),
+        torch.zeros(shape, dtype=torch.int64),
+        torch.zeros(shape, dtype=torch.bool),
+    )
+
+
+def _declare_all_inputs(model: onnx.ModelProto, observation_dim: int, action_dim: int) -> None:
+    """Put every contract input in the graph, in order (the exporter drops unused ones)."""
+    specs: dict[str, tuple[int, list[str | int | None]]] = {
+        "states": (TensorProto.FLOAT, ["batch", CONTEXT_LEN, observation_dim]),
+        "actions": (TensorProto.FLOAT, ["batch", CONTEXT_LEN, action_dim]),
+        "returns_to_go": (TensorProto.FLOAT, ["batch", CONTEXT_LEN]),
+        "costs_to_go": (TensorProto.FLOAT, ["batch", CONTEXT_LEN]),
+        "time_steps": (TensorProto.INT64, ["batch", CONTEXT_LEN]),
+        "padding_mask": (TensorProto.BOOL, ["batch", CONTEXT_LEN]),
+    }
+    present = {value.name: value for value in model.graph.input}
+    inputs = [
+        present.get(name) or helper.make_tensor_value_info(name, *specs[name])
+        for name in INPUT_NAMES
+    ]
+    del model.graph.input[:]
+    model.graph.input.extend(inputs)
+
+
+def export_onnx(
+    policy: OnnxBaselinePolicy, path: Path, observation_dim: int, action_dim: int
+) -> Path:
+    """Trace `policy` on CPU to ONNX (opset 17, dynamic batch) and check the graph."""
+    policy = copy.deepcopy(policy).cpu().eval()
+    axes = {name: {0: "batch"} for name in (*INPUT_NAMES, *OUTPUT_NAMES)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
+        torch.onnx.export(
+            policy,
+            example_inputs(observation_dim, action_dim),
+            str(path),
+            input_names=list(INPUT_NAMES),
+            output_names=list(OUTPUT_NAMES),
+            dynamic_axes=axes,
+            opset_version=ONNX_OPSET,
+            dynamo=False,
+        )
+    model = onnx.load(str(path))
+    _declare_all_inputs(model, observation_dim, action_dim)
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def git_commit() -> str:
+    """Short hash of HEAD, or "unknown" outside a git checkout."""
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return result.stdout.strip()
+
+
+def _dataset_summary(dataset: OfflineDataset, path: Path) -> dict[str, Any]:
+    rewards, costs = dataset.reward_returns, dataset.cost_returns
+    return {
+        "path": str(path),
+        "episodes": len(dataset.episodes),
+        "transitions": dataset.transitions,
+        "reward_return_min": float(rewards.min()),
+        "reward_return_max": float(rewards.max()),
+        "cost_return_min": float(costs.min()),
+        "cost_return_max": float(costs.max()),
+    }
+
+
+def build_card(trained: TrainedBaseline, dataset: OfflineDataset, name: str) -> dict[str, Any]:
+    """The model card: the contract's required keys plus data, training and provenance."""
+    config, normaliser = trained.config, trained.normaliser
+    now = datetime.datetime.now(datetime.UTC)
+    summary = _dataset_summary(dataset, config.dataset)
+    conditioned = config.algo == "mt-bc"
+    return {
+        "name": name,
+        "version": f"{now:%Y-%m-%d}.1",
+        "algo": config.algo,
+        "task": dataset.task,
+        "observation_dim": trained.observation_dim,
+        "action_dim": trained.action_dim,
+        "action_low": normaliser.action_low.tolist(),
+        "action_high": normaliser.action_high.tolist(),
+        "context_len": CONTEXT_LEN,
+        "max_episode_len": trained.episode_len,
+        "reward_scale": 1.0,
+        "cost_scale": 1.0 / normaliser.cost_normaliser if conditioned else 1.0,
+        "onnx_opset": ONNX_OPSET,
+        "git_commit": git_commit(),
+        "created_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "dataset": summary,
+        "default_targets": [{"reward": summary["reward_return_max"], "cost": config.cost_limit}],
+        "cost_limit": config.cost_limit,
+        "deterministic": config.algo in DETERMINISTIC_ALGORITHMS,
+        "training_config": json.loads(json.dumps(dataclasses.asdict(config), default=str)),
+        "training": {"episodes_used": trained.episodes_used, "history": trained.history[-5:]},
+        "evaluation": None,
+    }
+
+
+def _write_json(path: Path, payload: dict[str, Any]) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(payload, indent=2) + "\n")
+    os.replace(temporary, path)
+
+
+def export_baseline(trained: TrainedBaseline, dataset: OfflineDataset, out_dir: Path) -> Path:
+    """Write out_dir/model.onnx and out_dir/model.json; returns out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    policy = OnnxBaselinePolicy(trained.learner.policy_head(), trained.normaliser)
+    export_onnx(policy, out_dir / "model.onnx", trained.observation_dim, trained.action_dim)
+    _write_json(out_dir / "model.json", build_card(trained, dataset, out_dir.name))
+    return out_dir
