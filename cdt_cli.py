@@ -29,6 +29,18 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+def _baseline_algo(args: list[str]) -> bool:
+    """True when `cdt train --algo NAME` names one of the paper's baselines (not CDT/DT)."""
+    from training.baselines import ALGORITHMS
+
+    for index, arg in enumerate(args):
+        if arg == "--algo" and index + 1 < len(args):
+            return args[index + 1] in ALGORITHMS
+        if arg.startswith("--algo="):
+            return arg.split("=", 1)[1] in ALGORITHMS
+    return False
+
+
 def main(argv: list[str] | None = None) -> None:
     """Dispatch `cdt <command> ...` to the command's module."""
     args = sys.argv[1:] if argv is None else argv
@@ -40,6 +52,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"cdt: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)  # noqa: T201
         raise SystemExit(2)
     module_name, _ = SUBCOMMANDS[name]
+    if name == "train" and _baseline_algo(rest):
+        module_name = "training.baselines.cli"
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:

@@ -1,0 +1,66 @@
+"""Collector speed: env steps/s of `cdt collect`'s rollout loop against the bare simulator.
+
+    python bench/collect_throughput.py --task SafetyCarRun-v0 --steps 4000
+
+Prints three figures measured in the same run: the bare simulator (random actions, one env), the
+collector's rollout loop alone (policy forward passes included), and a full collector epoch
+(rollout + GAE + PPO update).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from clients.sim import make_env
+from training.ppo_lagrangian import ActorCritic, PpoSettings, RunningNormaliser, ppo_update
+from training.rollout_collector import EpisodeRecorder, collect_epoch, make_envs
+
+
+def bare_simulator(task: str, steps: int) -> float:
+    """Env steps/s of one env driven by random actions."""
+    env = make_env(task)
+    env.reset(seed=0)
+    started = time.perf_counter()
+    for _ in range(steps):
+        _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+        if terminated or truncated:
+            env.reset()
+    return steps / (time.perf_counter() - started)
+
+
+def collector(task: str, steps: int, num_envs: int) -> tuple[float, float]:
+    """Env steps/s of the rollout loop alone, and of a whole epoch with the PPO update."""
+    envs = make_envs(task, num_envs)
+    model = ActorCritic(envs[0].observation_space.shape[0], envs[0].action_space.shape[0])
+    normaliser = RunningNormaliser(envs[0].observation_space.shape[0])
+    recorder = EpisodeRecorder(envs, seed=0)
+    started = time.perf_counter()
+    rollout = collect_epoch(recorder, model, normaliser, steps, 0.99, 0.95)
+    rollout_time = time.perf_counter() - started
+    optimiser = torch.optim.Adam(model.parameters(), lr=3e-4)
+    ppo_update(model, optimiser, rollout.batch, 0.5, PpoSettings(), torch.Generator())
+    return steps / rollout_time, steps / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="SafetyCarRun-v0")
+    parser.add_argument("--steps", type=int, default=4000)
+    parser.add_argument("--num-envs", type=int, default=8)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    np.random.seed(0)
+    bare = bare_simulator(args.task, args.steps)
+    rollout, epoch = collector(args.task, args.steps, args.num_envs)
+    print(f"task {args.task}, {args.steps} steps, {args.num_envs} envs in the collector")
+    print(f"bare simulator        {bare:8.0f} steps/s")
+    print(f"collector rollout     {rollout:8.0f} steps/s  ({rollout / bare:.0%} of bare)")
+    print(f"collector epoch+PPO   {epoch:8.0f} steps/s  ({epoch / bare:.0%} of bare)")
+
+
+if __name__ == "__main__":
+    main()

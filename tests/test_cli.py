@@ -1,0 +1,50 @@
+"""The `cdt` dispatcher: help, unknown commands, and lazy imports."""
+
+import subprocess
+import sys
+
+import pytest
+
+import cdt_cli
+
+
+def test_cli_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    cdt_cli.main(["--help"])
+    out = capsys.readouterr().out
+    for name in cdt_cli.SUBCOMMANDS:
+        assert name in out
+
+
+def test_cli_unknown_command_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cdt_cli.main(["frobnicate"])
+    assert exit_info.value.code == 2
+    assert "unknown command 'frobnicate'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", sorted(cdt_cli.SUBCOMMANDS))
+def test_cli_every_subcommand_has_help(command: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "cdt_cli", command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "usage" in result.stdout.lower()
+
+
+def test_cli_serve_does_not_import_torch() -> None:
+    code = (
+        "import sys, cdt_cli, importlib; importlib.import_module('service.cli'); "
+        "importlib.import_module('clients.rollout'); "
+        "sys.exit(1 if 'torch' in sys.modules else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
+
+
+def test_cli_train_routes_baselines_to_their_trainer() -> None:
+    assert cdt_cli._baseline_algo(["--dataset", "x.hdf5", "--algo", "bc-safe"])
+    assert cdt_cli._baseline_algo(["--algo=bcq-lag"])
+    assert not cdt_cli._baseline_algo(["--algo", "cdt"])
+    assert not cdt_cli._baseline_algo([])
