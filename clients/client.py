@@ -1,0 +1,400 @@
+"""Typed Python client for the policy service's API v1 (httpx; sync and async).
+
+One method per route, each returning a `service.schemas` model; every non-2xx answer raises a
+`PolicyClientError` subclass. The only retry is the idempotent one: `step(..., step=t)` is retried
+on transport errors and 502/503/504, since the service answers a repeated step with the same action:
+`with PolicyClient(url) as client: client.step(episode_id, observation, reward, cost, step=t)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, Self, SupportsFloat, TypeVar
+from urllib.parse import quote
+
+import httpx
+import pydantic
+
+from service.schemas import (
+    BudgetUpdate,
+    EpisodeCreate,
+    EpisodePublic,
+    EpisodeSummary,
+    ErrorResponse,
+    HealthStatus,
+    ModelList,
+    ModelPublic,
+    ReloadResult,
+    StepRequest,
+    StepResponse,
+)
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+RETRYABLE_STATUS = frozenset({502, 503, 504})
+RETRY_BACKOFF_S = 0.05
+ResponseT = TypeVar("ResponseT", bound=pydantic.BaseModel)
+HttpT = TypeVar("HttpT", httpx.Client, httpx.AsyncClient)
+Observation = Iterable[SupportsFloat]
+Outcome = httpx.Response | httpx.TransportError
+
+
+class PolicyClientError(Exception):
+    """Base of the client's errors; carries the service's status, error code and field."""
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        status_code: int | None = None,
+        code: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        super().__init__(f"{status_code} {code}: {detail}" if status_code else detail)
+        self.detail, self.status_code, self.code, self.field = detail, status_code, code, field
+
+
+class ServiceUnreachableError(PolicyClientError):
+    """Connection failure or timeout: no answer from the service."""
+
+
+class InvalidRequestError(PolicyClientError):
+    """The request was refused as invalid (400, 413, 422, or rejected before sending)."""
+
+
+class AuthenticationError(PolicyClientError):
+    """Missing or invalid bearer token (401)."""
+
+
+class NotFoundError(PolicyClientError):
+    """Unknown episode or model (404)."""
+
+
+class EpisodeGoneError(PolicyClientError):
+    """The episode ended, expired, or its model version is no longer served (410)."""
+
+
+class ConflictError(PolicyClientError):
+    """Out-of-order step index or a concurrent update of the episode (409)."""
+
+
+class TooManyEpisodesError(PolicyClientError):
+    """The service's cap on live episodes is reached (429)."""
+
+
+class ServerError(PolicyClientError):
+    """The service failed (5xx)."""
+
+
+_ERRORS_BY_STATUS: dict[int, type[PolicyClientError]] = {
+    **dict.fromkeys((400, 413, 422), InvalidRequestError),
+    401: AuthenticationError,
+    404: NotFoundError,
+    409: ConflictError,
+    410: EpisodeGoneError,
+    429: TooManyEpisodesError,
+}
+
+
+def error_for_status(
+    status_code: int, detail: str, code: str | None = None, field: str | None = None
+) -> PolicyClientError:
+    """The `PolicyClientError` subclass for an HTTP status (also used for websocket errors)."""
+    fallback = ServerError if status_code >= 500 else PolicyClientError
+    error_type = _ERRORS_BY_STATUS.get(status_code, fallback)
+    return error_type(detail, status_code=status_code, code=code, field=field)
+
+
+def error_from_response(response: httpx.Response) -> PolicyClientError:
+    """Build the error for a non-2xx response, from its `ErrorResponse` body when it has one."""
+    try:
+        body = ErrorResponse.model_validate_json(response.content)
+    except pydantic.ValidationError:
+        return error_for_status(response.status_code, response.text[:500] or response.reason_phrase)
+    return error_for_status(response.status_code, body.detail, body.code, body.field)
+
+
+@dataclass(frozen=True)
+class _Call(Generic[ResponseT]):
+    """One API call: method, path, JSON body, the type of the answer, whether to retry."""
+
+    method: str
+    path: str
+    response_type: type[ResponseT]
+    body: dict[str, Any] | None = None
+    idempotent_retry: bool = False
+    ok_statuses: frozenset[int] = frozenset({200, 201})
+
+
+def _body(build: Callable[[], pydantic.BaseModel]) -> dict[str, Any]:
+    """Validate a request body locally, so bad input fails before it is sent."""
+    try:
+        return build().model_dump(mode="json", exclude_none=True)
+    except pydantic.ValidationError as error:
+        field = ".".join(str(part) for part in error.errors()[0]["loc"])
+        raise InvalidRequestError(str(error), field=field or None) from error
+
+
+def _episode_path(episode_id: str, suffix: str = "") -> str:
+    return f"/v1/episodes/{quote(episode_id, safe='')}{suffix}"
+
+
+def _create_call(
+    model: str, targets: tuple[float, float], observation: Observation, seed: int | None, mean: bool
+) -> _Call[StepResponse]:
+    fields = {"model": model, "target_reward": targets[0], "target_cost": targets[1]}
+    fields["seed"] = None if seed is None else int(seed)
+    fields |= {"observation": [float(value) for value in observation], "deterministic": mean}
+    body = _body(lambda: EpisodeCreate.model_validate(fields))
+    return _Call("POST", "/v1/episodes", StepResponse, body)
+
+
+def _step_call(
+    episode_id: str, observation: Observation, reward: float, cost: float, step: int | None
+) -> _Call[StepResponse]:
+    values = [float(value) for value in observation]
+    body = _body(lambda: StepRequest(observation=values, reward=reward, cost=cost, step=step))
+    path = _episode_path(episode_id, "/step")
+    return _Call("POST", path, StepResponse, body, idempotent_retry=step is not None)
+
+
+def _budget_call(episode_id: str, *budgets: float | None) -> _Call[EpisodePublic]:
+    """`budgets`: cost_limit, remaining_cost, target_reward, remaining_reward."""
+    names = ("cost_limit", "remaining_cost", "target_reward", "remaining_reward")
+    body = _body(lambda: BudgetUpdate.model_validate(dict(zip(names, budgets, strict=True))))
+    return _Call("PATCH", _episode_path(episode_id, "/budget"), EpisodePublic, body)
+
+
+_READYZ = _Call("GET", "/readyz", HealthStatus, ok_statuses=frozenset({200, 503}))
+_MODELS = _Call("GET", "/v1/models", ModelList)
+_RELOAD = _Call("POST", "/v1/admin/reload", ReloadResult)
+
+
+class _ClientBase(Generic[HttpT]):
+    """Construction, retry policy and answer parsing shared by both clients.
+
+    Args:
+        base_url: the service, e.g. `http://127.0.0.1:8000`.
+        token: bearer token, when the service requires one.
+        timeout: seconds (or an `httpx.Timeout`) for connect, read, write and pool.
+        step_retries: extra attempts of an idempotent `step(..., step=t)`, after pauses of
+            `retry_backoff_s` (0.05 s) doubling each time.
+        http_client: an existing httpx client to use (not closed by this client).
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_URL,
+        *,
+        token: str | None = None,
+        timeout: float | httpx.Timeout = 10.0,
+        step_retries: int = 2,
+        http_client: HttpT | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.step_retries = step_retries
+        self.retry_backoff_s = RETRY_BACKOFF_S
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._owns_http = http_client is None
+        self._http: HttpT = http_client if http_client is not None else self._new_http(timeout)
+
+    def _new_http(self, timeout: float | httpx.Timeout) -> HttpT:
+        raise NotImplementedError
+
+    def _build(self, call: _Call[Any]) -> httpx.Request:
+        url = self.base_url + call.path
+        return self._http.build_request(call.method, url, json=call.body, headers=self._headers)
+
+    def _answer(self, call: _Call[ResponseT], attempt: int, outcome: Outcome) -> ResponseT | None:
+        """The parsed answer, or None to try again; raises once the call failed for good."""
+        last = attempt >= (self.step_retries if call.idempotent_retry else 0)
+        if isinstance(outcome, httpx.TransportError):
+            if last:
+                detail = f"{call.method} {call.path}: {outcome!r}"
+                raise ServiceUnreachableError(detail) from outcome
+            return None
+        if not last and outcome.status_code in RETRYABLE_STATUS:
+            return None
+        if outcome.status_code not in call.ok_statuses:
+            raise error_from_response(outcome)
+        return call.response_type.model_validate_json(outcome.content)
+
+
+class PolicyClient(_ClientBase[httpx.Client]):
+    """Synchronous client; use it as a context manager (or call `close()`)."""
+
+    def _new_http(self, timeout: float | httpx.Timeout) -> httpx.Client:
+        return httpx.Client(timeout=timeout)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection pool (unless it was passed in)."""
+        if self._owns_http:
+            self._http.close()
+
+    def _send(self, call: _Call[ResponseT]) -> ResponseT:
+        attempt = 0
+        while True:
+            try:
+                outcome: Outcome = self._http.send(self._build(call))
+            except httpx.TransportError as error:
+                outcome = error
+            if (answer := self._answer(call, attempt, outcome)) is not None:
+                return answer
+            time.sleep(self.retry_backoff_s * 2**attempt)
+            attempt += 1
+
+    def list_models(self) -> list[ModelPublic]:
+        """`GET /v1/models`: the policies new episodes can start with."""
+        return self._send(_MODELS).models
+
+    def create_episode(
+        self,
+        model: str,
+        target_reward: float,
+        target_cost: float,
+        observation: Observation,
+        *,
+        seed: int | None = None,
+        deterministic: bool = False,
+    ) -> StepResponse:
+        """`POST /v1/episodes`: start an episode; returns action 0."""
+        call = _create_call(model, (target_reward, target_cost), observation, seed, deterministic)
+        return self._send(call)
+
+    def step(
+        self,
+        episode_id: str,
+        observation: Observation,
+        reward: float,
+        cost: float,
+        *,
+        step: int | None = None,
+    ) -> StepResponse:
+        """`POST /v1/episodes/{id}/step`; with `step` (this observation's index) it is retried."""
+        return self._send(_step_call(episode_id, observation, reward, cost, step))
+
+    def update_budget(
+        self,
+        episode_id: str,
+        *,
+        cost_limit: float | None = None,
+        remaining_cost: float | None = None,
+        target_reward: float | None = None,
+        remaining_reward: float | None = None,
+    ) -> EpisodePublic:
+        """`PATCH /v1/episodes/{id}/budget`: change the cost limit or reward target."""
+        budgets = (cost_limit, remaining_cost, target_reward, remaining_reward)
+        return self._send(_budget_call(episode_id, *budgets))
+
+    def get_episode(self, episode_id: str) -> EpisodePublic:
+        """`GET /v1/episodes/{id}`: state and totals."""
+        return self._send(_Call("GET", _episode_path(episode_id), EpisodePublic))
+
+    def close_episode(self, episode_id: str) -> EpisodeSummary:
+        """`DELETE /v1/episodes/{id}`: end the episode; returns its summary."""
+        return self._send(_Call("DELETE", _episode_path(episode_id), EpisodeSummary))
+
+    def readyz(self) -> HealthStatus:
+        """`GET /readyz`; `status` is "unavailable" when the service is not ready."""
+        return self._send(_READYZ)
+
+    def reload_models(self) -> ReloadResult:
+        """`POST /v1/admin/reload`: rescan the model repository."""
+        return self._send(_RELOAD)
+
+
+class AsyncPolicyClient(_ClientBase[httpx.AsyncClient]):
+    """Asynchronous client; use it as an async context manager (or call `aclose()`)."""
+
+    def _new_http(self, timeout: float | httpx.Timeout) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=timeout)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool (unless it was passed in)."""
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def _send(self, call: _Call[ResponseT]) -> ResponseT:
+        attempt = 0
+        while True:
+            try:
+                outcome: Outcome = await self._http.send(self._build(call))
+            except httpx.TransportError as error:
+                outcome = error
+            if (answer := self._answer(call, attempt, outcome)) is not None:
+                return answer
+            await asyncio.sleep(self.retry_backoff_s * 2**attempt)
+            attempt += 1
+
+    async def list_models(self) -> list[ModelPublic]:
+        """`GET /v1/models`: the policies new episodes can start with."""
+        return (await self._send(_MODELS)).models
+
+    async def create_episode(
+        self,
+        model: str,
+        target_reward: float,
+        target_cost: float,
+        observation: Observation,
+        *,
+        seed: int | None = None,
+        deterministic: bool = False,
+    ) -> StepResponse:
+        """`POST /v1/episodes`: start an episode; returns action 0."""
+        call = _create_call(model, (target_reward, target_cost), observation, seed, deterministic)
+        return await self._send(call)
+
+    async def step(
+        self,
+        episode_id: str,
+        observation: Observation,
+        reward: float,
+        cost: float,
+        *,
+        step: int | None = None,
+    ) -> StepResponse:
+        """`POST /v1/episodes/{id}/step`; with `step` (this observation's index) it is retried."""
+        return await self._send(_step_call(episode_id, observation, reward, cost, step))
+
+    async def update_budget(
+        self,
+        episode_id: str,
+        *,
+        cost_limit: float | None = None,
+        remaining_cost: float | None = None,
+        target_reward: float | None = None,
+        remaining_reward: float | None = None,
+    ) -> EpisodePublic:
+        """`PATCH /v1/episodes/{id}/budget`: change the cost limit or reward target."""
+        budgets = (cost_limit, remaining_cost, target_reward, remaining_reward)
+        return await self._send(_budget_call(episode_id, *budgets))
+
+    async def get_episode(self, episode_id: str) -> EpisodePublic:
+        """`GET /v1/episodes/{id}`: state and totals."""
+        return await self._send(_Call("GET", _episode_path(episode_id), EpisodePublic))
+
+    async def close_episode(self, episode_id: str) -> EpisodeSummary:
+        """`DELETE /v1/episodes/{id}`: end the episode; returns its summary."""
+        return await self._send(_Call("DELETE", _episode_path(episode_id), EpisodeSummary))
+
+    async def readyz(self) -> HealthStatus:
+        """`GET /readyz`; `status` is "unavailable" when the service is not ready."""
+        return await self._send(_READYZ)
+
+    async def reload_models(self) -> ReloadResult:
+        """`POST /v1/admin/reload`: rescan the model repository."""
+        return await self._send(_RELOAD)

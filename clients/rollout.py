@@ -1,0 +1,246 @@
+"""`cdt rollout`: drive a simulator through a running policy service.
+
+The env runs here; every step its observation, reward and cost go to the service, which keeps the
+episode's context window and budgets and answers with the action. A cost schedule
+(`--cost-schedule 0:20,100:5`) changes the episode's cost limit mid-episode through
+`PATCH /v1/episodes/{id}/budget`, as a controller would. Also usable as a library:
+`run_rollouts(RolloutConfig(...))`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from clients.client import PolicyClient, PolicyClientError
+from service.schemas import ModelPublic
+
+logger = logging.getLogger(__name__)
+
+COST_EPSILON = 0.1
+"""Normalised cost is C / (kappa + eps), as in `cdt evaluate`."""
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """What to roll out, against which server."""
+
+    server: str
+    model: str
+    task: str | None = None
+    episodes: int = 5
+    cost_limit: float = 10.0
+    target_reward: float | None = None
+    cost_schedule: tuple[tuple[int, float], ...] = ()
+    seed: int = 0
+    deterministic: bool = False
+    token: str | None = None
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True)
+class EpisodeOutcome:
+    """One finished episode as the env measured it."""
+
+    seed: int
+    steps: int
+    reward: float
+    cost: float
+    cost_limit: float
+    normalised_reward: float | None
+    normalised_cost: float
+    budget_changes: list[tuple[int, float]] = field(default_factory=list)
+
+
+def parse_cost_schedule(text: str) -> tuple[tuple[int, float], ...]:
+    """Parse `step:limit,step:limit` (e.g. `0:20,100:5`) into sorted (step, cost limit) pairs."""
+    pairs = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        step, sep, limit = part.partition(":")
+        try:
+            pair = (int(step), float(limit))
+        except ValueError:
+            pair = (-1, -1.0)
+        if not sep or pair[0] < 0 or not (0.0 <= pair[1] < float("inf")):
+            raise ValueError(f"bad cost schedule entry {part!r}: expected STEP:LIMIT, both >= 0")
+        pairs.append(pair)
+    return tuple(sorted(pairs))
+
+
+def _target_reward(model: ModelPublic, config: RolloutConfig, cost_limit: float) -> float:
+    if config.target_reward is not None:
+        return config.target_reward
+    if model.default_targets:
+        return min(model.default_targets, key=lambda t: abs(t.cost - cost_limit)).reward
+    raise ValueError(f"model {model.name} has no default targets: pass --target-reward")
+
+
+def _normalised(
+    model: ModelPublic, reward: float, cost: float, kappa: float
+) -> tuple[float | None, float]:
+    reward_range = model.reward_return_range
+    normalised_reward = None
+    if reward_range is not None and reward_range[1] > reward_range[0]:
+        normalised_reward = (reward - reward_range[0]) / (reward_range[1] - reward_range[0]) * 100
+    return normalised_reward, cost / (kappa + COST_EPSILON)
+
+
+def run_episode(
+    client: PolicyClient, env: Any, model: ModelPublic, config: RolloutConfig, seed: int
+) -> EpisodeOutcome:
+    """Play one episode of `env` with actions from the service."""
+    schedule = dict(config.cost_schedule)
+    cost_limit = schedule.pop(0, config.cost_limit)
+    observation, _ = env.reset(seed=seed)
+    answer = client.create_episode(
+        config.model,
+        _target_reward(model, config, cost_limit),
+        cost_limit,
+        np.asarray(observation, dtype=float).tolist(),
+        seed=seed,
+        deterministic=config.deterministic,
+    )
+    episode_id, steps, total_reward, total_cost, changes = answer.episode_id, 0, 0.0, 0.0, []
+    try:
+        while True:
+            action = np.asarray(answer.action, dtype=np.float32)
+            observation, reward, terminated, truncated, info = env.step(action)
+            cost = float(info.get("cost", 0.0))
+            steps, total_reward, total_cost = (
+                steps + 1,
+                total_reward + float(reward),
+                total_cost + cost,
+            )
+            if terminated or truncated:
+                break
+            if steps in schedule:
+                cost_limit = schedule[steps]
+                client.update_budget(episode_id, cost_limit=cost_limit)
+                changes.append((steps, cost_limit))
+            answer = client.step(
+                episode_id,
+                np.asarray(observation, dtype=float).tolist(),
+                float(reward),
+                cost,
+                step=steps,
+            )
+    finally:
+        client.close_episode(episode_id)
+    normalised_reward, normalised_cost = _normalised(model, total_reward, total_cost, cost_limit)
+    return EpisodeOutcome(
+        seed,
+        steps,
+        total_reward,
+        total_cost,
+        cost_limit,
+        normalised_reward,
+        normalised_cost,
+        changes,
+    )
+
+
+def run_rollouts(config: RolloutConfig) -> list[EpisodeOutcome]:
+    """Run `config.episodes` episodes through the service (the library entry point)."""
+    from clients.sim import make_env, seed_simulator
+
+    with PolicyClient(config.server, token=config.token, timeout=config.timeout) as client:
+        models = {model.name: model for model in client.list_models()}
+        if config.model not in models:
+            raise ValueError(
+                f"the server has no model {config.model!r}; it serves {sorted(models)}"
+            )
+        model = models[config.model]
+        env = make_env(config.task or model.task)
+        seed_simulator(config.seed)
+        outcomes = []
+        for index in tqdm(range(config.episodes), desc=f"rollout {config.model}", unit="episode"):
+            outcomes.append(run_episode(client, env, model, config, config.seed + index))
+        env.close()
+    return outcomes
+
+
+def summarise(outcomes: list[EpisodeOutcome]) -> dict[str, Any]:
+    """Mean and std of raw and normalised reward and cost."""
+    rewards = np.array([o.reward for o in outcomes])
+    costs = np.array([o.cost for o in outcomes])
+    normalised_costs = np.array([o.normalised_cost for o in outcomes])
+    summary = {
+        "episodes": len(outcomes),
+        "reward_mean": float(rewards.mean()),
+        "reward_std": float(rewards.std()),
+        "cost_mean": float(costs.mean()),
+        "cost_std": float(costs.std()),
+        "normalised_cost_mean": float(normalised_costs.mean()),
+        "safe": bool(normalised_costs.mean() <= 1.0),
+    }
+    if all(o.normalised_reward is not None for o in outcomes):
+        summary["normalised_reward_mean"] = float(np.mean([o.normalised_reward for o in outcomes]))
+    return summary
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cdt rollout", description=__doc__.splitlines()[0])
+    parser.add_argument("--server", default="http://127.0.0.1:8000", help="service base URL")
+    parser.add_argument("--model", required=True, help="model name (GET /v1/models)")
+    parser.add_argument("--task", help="gymnasium env id (default: the model's task)")
+    parser.add_argument("--episodes", type=int, default=5)
+    parser.add_argument("--cost-limit", type=float, default=10.0, help="episode cost budget")
+    parser.add_argument("--target-reward", type=float, help="default: the model card's target")
+    parser.add_argument(
+        "--cost-schedule",
+        default="",
+        type=parse_cost_schedule,
+        help="STEP:LIMIT,... e.g. 0:20,100:5 changes the limit at step 100",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--deterministic", action="store_true", help="use the mean action")
+    parser.add_argument("--token", help="bearer token, if the service requires one")
+    parser.add_argument("--json", type=Path, help="write per-episode results and summary here")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of `cdt rollout`."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = _parser().parse_args(argv)
+    config = RolloutConfig(
+        server=args.server,
+        model=args.model,
+        task=args.task,
+        episodes=args.episodes,
+        cost_limit=args.cost_limit,
+        target_reward=args.target_reward,
+        cost_schedule=args.cost_schedule,
+        seed=args.seed,
+        deterministic=args.deterministic,
+        token=args.token,
+    )
+    try:
+        outcomes = run_rollouts(config)
+    except (PolicyClientError, ValueError) as error:
+        print(f"cdt rollout: {error}", file=sys.stderr)  # noqa: T201
+        raise SystemExit(2) from error
+    for outcome in outcomes:
+        print(  # noqa: T201
+            f"seed {outcome.seed}: steps {outcome.steps} reward {outcome.reward:.1f} "
+            f"cost {outcome.cost:.1f} (limit {outcome.cost_limit:g}, "
+            f"normalised cost {outcome.normalised_cost:.2f})"
+        )
+    summary = summarise(outcomes)
+    print(json.dumps(summary, indent=2))  # noqa: T201
+    if args.json:
+        args.json.write_text(
+            json.dumps({"summary": summary, "episodes": [asdict(o) for o in outcomes]}, indent=2)
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+"""Websocket client for `WS /v1/stream`: several episodes over one socket (`websockets`).
+
+    async with connect_stream("http://127.0.0.1:8000") as stream:
+        reply = await stream.start("cdt-carrun", 575.0, 10.0, observation, seed=0)
+        reply = await stream.step(reply.episode_id, observation, reward, cost, step=1)
+        summary = await stream.end(reply.episode_id)
+
+Each call sends one frame with a fresh `request_id` and awaits the reply carrying it, so several
+tasks may share one socket. Refusals raise the same `PolicyClientError` subclasses as the REST
+client; a closed socket raises `StreamClosedError` with the close code (1008 bad frame or token,
+1009 frame too big, 1011 server error).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+from typing import SupportsFloat, TypeVar
+
+import pydantic
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from clients.client import (
+    DEFAULT_URL,
+    InvalidRequestError,
+    PolicyClientError,
+    ServiceUnreachableError,
+    error_for_status,
+)
+from service.schemas import (
+    EpisodePublic,
+    EpisodeSummary,
+    StepResponse,
+    StreamBudget,
+    StreamEnd,
+    StreamError,
+    StreamReply,
+    StreamStart,
+    StreamStep,
+)
+
+Observation = Iterable[SupportsFloat]
+Reply = StepResponse | EpisodePublic | EpisodeSummary | StreamError
+ReplyT = TypeVar("ReplyT", StepResponse, EpisodePublic, EpisodeSummary)
+
+
+class StreamClosedError(PolicyClientError):
+    """The socket closed before the reply arrived; `close_code` says why."""
+
+    def __init__(self, detail: str, close_code: int | None) -> None:
+        super().__init__(f"stream closed ({close_code}): {detail}")
+        self.close_code = close_code
+
+
+def stream_url(base_url: str) -> str:
+    """`http(s)://host:port` -> `ws(s)://host:port/v1/stream`; `ws(s)://` URLs pass unchanged."""
+    if base_url.startswith(("ws://", "wss://")):
+        return base_url
+    scheme, _, rest = base_url.rstrip("/").partition("://")
+    return f"{'wss' if scheme == 'https' else 'ws'}://{rest}/v1/stream"
+
+
+class StreamClient:
+    """Request/reply calls over one open websocket; create it with `connect_stream`."""
+
+    def __init__(self, connection: ClientConnection, reply_timeout: float) -> None:
+        self._connection = connection
+        self._reply_timeout = reply_timeout
+        self._pending: dict[str, asyncio.Future[Reply]] = {}
+        self._request_ids = (str(number) for number in itertools.count(1))
+        self._last_error: StreamError | None = None
+        self._reader = asyncio.create_task(self._read_replies())
+
+    async def start(
+        self,
+        model: str,
+        target_reward: float,
+        target_cost: float,
+        observation: Observation,
+        *,
+        seed: int | None = None,
+        deterministic: bool = False,
+    ) -> StepResponse:
+        """`start`: open an episode; returns action 0."""
+        values = [float(value) for value in observation]
+        return await self._call(
+            lambda request_id: StreamStart(
+                type="start",
+                request_id=request_id,
+                model=model,
+                target_reward=target_reward,
+                target_cost=target_cost,
+                observation=values,
+                seed=None if seed is None else int(seed),
+                deterministic=deterministic,
+            ),
+            StepResponse,
+        )
+
+    async def step(
+        self,
+        episode_id: str,
+        observation: Observation,
+        reward: float,
+        cost: float,
+        *,
+        step: int | None = None,
+    ) -> StepResponse:
+        """`step`: report the env's reward, cost and next observation; returns the next action."""
+        values = [float(value) for value in observation]
+        return await self._call(
+            lambda request_id: StreamStep(
+                type="step",
+                request_id=request_id,
+                episode_id=episode_id,
+                observation=values,
+                reward=reward,
+                cost=cost,
+                step=step,
+            ),
+            StepResponse,
+        )
+
+    async def update_budget(
+        self,
+        episode_id: str,
+        *,
+        cost_limit: float | None = None,
+        remaining_cost: float | None = None,
+        target_reward: float | None = None,
+        remaining_reward: float | None = None,
+    ) -> EpisodePublic:
+        """`budget`: change the cost limit or reward target; returns the episode's state."""
+        return await self._call(
+            lambda request_id: StreamBudget(
+                type="budget",
+                request_id=request_id,
+                episode_id=episode_id,
+                cost_limit=cost_limit,
+                remaining_cost=remaining_cost,
+                target_reward=target_reward,
+                remaining_reward=remaining_reward,
+            ),
+            EpisodePublic,
+        )
+
+    async def end(self, episode_id: str) -> EpisodeSummary:
+        """`end`: end an episode; returns its summary."""
+        return await self._call(
+            lambda request_id: StreamEnd(type="end", request_id=request_id, episode_id=episode_id),
+            EpisodeSummary,
+        )
+
+    async def close(self) -> None:
+        """Close the socket (1000) and stop reading."""
+        await self._connection.close()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+
+    async def _call(
+        self, build: Callable[[str], pydantic.BaseModel], reply_type: type[ReplyT]
+    ) -> ReplyT:
+        """Send the frame `build(request_id)` and await the reply carrying that id."""
+        request_id = next(self._request_ids)
+        try:
+            message = build(request_id)  # validated here, before anything is sent
+        except pydantic.ValidationError as error:
+            field = ".".join(str(part) for part in error.errors()[0]["loc"])
+            raise InvalidRequestError(str(error), field=field or None) from error
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            await self._connection.send(message.model_dump_json(exclude_none=True))
+            reply = await asyncio.wait_for(future, self._reply_timeout)
+        except TimeoutError as error:
+            raise ServiceUnreachableError(f"no reply within {self._reply_timeout} s") from error
+        except ConnectionClosed as closed:
+            raise self._closed_error() from closed
+        finally:
+            self._pending.pop(request_id, None)
+        if isinstance(reply, StreamError):
+            raise error_for_status(reply.status, reply.detail, reply.code, reply.field)
+        if not isinstance(reply, reply_type):
+            raise PolicyClientError(f"unexpected {type(reply).__name__} reply to {request_id}")
+        return reply
+
+    async def _read_replies(self) -> None:
+        """Hand every reply to the call awaiting its `request_id`; fail them all at close."""
+        try:
+            async for raw in self._connection:
+                reply = StreamReply.model_validate_json(raw).root
+                future = self._pending.get(reply.request_id or "")
+                if future is not None and not future.done():
+                    future.set_result(reply)
+                elif isinstance(reply, StreamError):
+                    self._last_error = reply  # e.g. the reason for a 1008 close
+        except ConnectionClosed:
+            pass
+        finally:
+            error = self._closed_error()
+            for future in self._pending.values():
+                if not future.done():
+                    future.set_exception(error)
+
+    def _closed_error(self) -> StreamClosedError:
+        detail = self._connection.close_reason or "connection closed"
+        if self._last_error is not None:
+            detail = f"{detail}: {self._last_error.detail}"
+        return StreamClosedError(detail, self._connection.close_code)
+
+
+@asynccontextmanager
+async def connect_stream(
+    base_url: str = DEFAULT_URL,
+    *,
+    token: str | None = None,
+    open_timeout: float = 10.0,
+    reply_timeout: float = 10.0,
+) -> AsyncIterator[StreamClient]:
+    """Open `WS /v1/stream` and yield a `StreamClient`; the socket closes on exit.
+
+    Args:
+        base_url: the service (`http://host:port`) or the full `ws://` URL of the stream.
+        token: bearer token, when the service requires one.
+        open_timeout: seconds to connect.
+        reply_timeout: seconds to wait for each reply.
+    """
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    try:
+        connection = await connect(
+            stream_url(base_url), additional_headers=headers, open_timeout=open_timeout
+        )
+    except (OSError, TimeoutError) as error:
+        raise ServiceUnreachableError(f"cannot open {stream_url(base_url)}: {error!r}") from error
+    client = StreamClient(connection, reply_timeout)
+    try:
+        yield client
+    finally:
+        await client.close()

@@ -1,0 +1,59 @@
+"""Service settings, read from `CDT_*` environment variables (and `.env`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AliasChoices, Field, PositiveFloat, PositiveInt, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Everything the service can be told; passed into `create_app(settings)`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CDT_", env_file=".env", extra="ignore", populate_by_name=True
+    )
+
+    models_dir: Path = Path("models")
+    """Model repository: every `models_dir/*/model.json` (+ `model.onnx`) is served by name."""
+    keep_versions: PositiveInt = 3
+    """Versions per model name kept loaded after reloads, for episodes pinned to them."""
+    redis_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("CDT_REDIS_URL", "REDIS_URL")
+    )
+    """Session store: Redis when set (several workers or replicas), in-memory otherwise."""
+    redis_prefix: str = Field(default="cdt", min_length=1, max_length=64)
+    """Key prefix in Redis, so several deployments can share one server."""
+    episode_ttl_s: PositiveFloat = 600.0
+    """Idle episodes expire after this many seconds."""
+    ended_ttl_s: PositiveFloat = 3600.0
+    """How long ended or expired episode ids answer 410 instead of 404."""
+    max_episodes: PositiveInt = 10_000
+    """Cap on live episodes; creating one more answers 429."""
+    max_body_bytes: PositiveInt = 256 * 1024
+    """Larger request bodies answer 413; also the websocket frame limit."""
+    api_tokens: Annotated[frozenset[str], NoDecode] = frozenset()
+    """Bearer tokens accepted on /v1 (comma-separated in the env); empty disables auth."""
+    intra_op_threads: PositiveInt = 1
+    """onnxruntime threads per forward pass. 1 on purpose: concurrent episodes already run
+    their forward passes in parallel threads (onnxruntime releases the GIL). Measured on the
+    2-core CPU with a CDT-sized graph: 2 threads gave a worse p50 (0.63-0.72 vs 0.61 ms) and
+    about half the calls/s (spinning pool threads compete with the other requests)."""
+    inter_op_threads: PositiveInt = 1
+    """onnxruntime threads across independent graph branches (sequential executor: 1)."""
+    batching: bool = False
+    """Micro-batch concurrent episodes' forward passes. Off by default: on the 2-core CPU it
+    gained 11-26% throughput at 64 episodes but cost 11-120% p50 latency at 1 (batching.py)."""
+    batch_max_size: PositiveInt = 32
+    """Largest micro-batch."""
+    batch_max_wait_ms: float = Field(default=1.0, ge=0.0, le=100.0)
+    """How long the first request of a micro-batch waits for company."""
+
+    @field_validator("api_tokens", mode="before")
+    @classmethod
+    def _split_tokens(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return frozenset(token.strip() for token in value.split(",") if token.strip())
+        return value

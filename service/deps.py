@@ -1,0 +1,80 @@
+"""FastAPI dependencies: the app's service objects and bearer-token auth.
+
+They are `async` on purpose: none of them blocks, and FastAPI runs a sync dependency in the
+threadpool, which costs a thread hand-off per dependency per request.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.requests import HTTPConnection
+
+from service.config import Settings
+from service.episodes import EpisodeService
+from service.errors import UnauthorizedError
+from service.metrics import Metrics
+from service.policy import ModelRepository
+
+bearer_scheme = HTTPBearer(auto_error=False, description="one of the tokens in CDT_API_TOKENS")
+
+
+async def get_service(connection: HTTPConnection) -> EpisodeService:
+    """The app's episode service (REST and websocket)."""
+    service: EpisodeService = connection.app.state.service
+    return service
+
+
+async def get_settings(connection: HTTPConnection) -> Settings:
+    """The app's settings."""
+    settings: Settings = connection.app.state.settings
+    return settings
+
+
+async def get_repository(connection: HTTPConnection) -> ModelRepository:
+    """The app's model repository."""
+    service: EpisodeService = connection.app.state.service
+    return service.repository
+
+
+async def get_metrics(connection: HTTPConnection) -> Metrics:
+    """The app's metrics."""
+    service: EpisodeService = connection.app.state.service
+    return service.metrics
+
+
+EpisodeServiceDep = Annotated[EpisodeService, Depends(get_service)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+RepositoryDep = Annotated[ModelRepository, Depends(get_repository)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+
+
+def token_accepted(token: str | None, tokens: frozenset[str]) -> bool:
+    """True when auth is off (no tokens configured) or `token` is one of `tokens`."""
+    if not tokens:
+        return True
+    if token is None:
+        return False
+    return any(hmac.compare_digest(token.encode(), known.encode()) for known in tokens)
+
+
+async def require_token(
+    settings: SettingsDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
+) -> None:
+    """Reject REST requests without a valid bearer token (when tokens are configured)."""
+    token = credentials.credentials if credentials is not None else None
+    if not token_accepted(token, settings.api_tokens):
+        raise UnauthorizedError("missing or invalid bearer token", "Authorization")
+
+
+def websocket_token(connection: HTTPConnection) -> str | None:
+    """The bearer token of a websocket handshake: `Authorization` header or `?token=`."""
+    header = connection.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() == "bearer" and token:
+        return token.strip()
+    return connection.query_params.get("token")

@@ -1,0 +1,248 @@
+"""Episode logic shared by the REST routes and the websocket: start, step, budget, end.
+
+Every mutation works on a copy of the episode's context and is written back with one
+compare-and-set, so a request that fails at any point (bad input, model error, store conflict)
+leaves the episode exactly as it was. Calls block (onnxruntime, Redis): run them in a worker
+thread (sync routes or `run_in_threadpool`).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from service.batching import MicroBatcher, Outputs
+from service.config import Settings
+from service.context import EpisodeContext, sample_action
+from service.errors import (
+    EpisodeGoneError,
+    InvalidInputError,
+    ModelError,
+    PolicyOutputError,
+    StepConflictError,
+)
+from service.metrics import Metrics
+from service.policy import ModelRepository, Policy
+from service.schemas import (
+    MAX_SEED,
+    BudgetUpdate,
+    EpisodeCreate,
+    EpisodePublic,
+    EpisodeSummary,
+    StepRequest,
+    StepResponse,
+)
+from service.sessions import EpisodeRecord, SessionStore
+
+logger = logging.getLogger(__name__)
+
+
+class EpisodeService:
+    """Runs episodes of the repository's policies against a session store."""
+
+    def __init__(
+        self,
+        repository: ModelRepository,
+        store: SessionStore,
+        metrics: Metrics,
+        settings: Settings,
+    ) -> None:
+        self.repository = repository
+        self.store = store
+        self.metrics = metrics
+        self.settings = settings
+        self._batchers: dict[tuple[str, str], MicroBatcher] = {}
+        self._batchers_lock = threading.Lock()
+
+    @contextmanager
+    def timed(self, transport: str, kind: str) -> Iterator[None]:
+        """Observe the step-latency histogram around a start or step call."""
+        started = time.perf_counter()
+        yield
+        self.metrics.step_latency.labels(transport, kind).observe(time.perf_counter() - started)
+
+    def start(self, request: EpisodeCreate) -> StepResponse:
+        """Open an episode on the current version of `request.model` and return action 0."""
+        policy = self.repository.current(request.model)
+        _check_observation(request.observation, policy)
+        seed = request.seed if request.seed is not None else secrets.randbelow(MAX_SEED + 1)
+        context = EpisodeContext.start(
+            request.observation,
+            request.target_reward,
+            request.target_cost,
+            context_len=policy.card.context_len,
+            action_dim=policy.card.action_dim,
+            seed=seed,
+        )
+        context.record_action(self._act(policy, context, request.deterministic))
+        now = time.time()
+        record = EpisodeRecord(
+            episode_id=uuid.uuid4().hex,
+            model=policy.card.name,
+            model_version=policy.card.version,
+            deterministic=request.deterministic,
+            seed=seed,
+            context=context,
+            created_at=now,
+            updated_at=now,
+        )
+        self.store.create(record)
+        return _step_response(record, policy)
+
+    def step(self, episode_id: str, request: StepRequest) -> StepResponse:
+        """Subtract the env's reward and cost, append the observation, return the next action."""
+        record = self.store.get(episode_id)
+        policy = self.repository.pinned(record.model, record.model_version)
+        current = record.context.step
+        if request.step is not None and request.step == current:
+            return _step_response(record, policy)  # a retry: the same action again
+        if request.step is not None and request.step != current + 1:
+            detail = f"expected step {current + 1} (or {current} to retry), got {request.step}"
+            raise StepConflictError(detail, "step")
+        _check_observation(request.observation, policy)
+        context = record.context.copy()
+        context.advance(request.reward, request.cost, request.observation)
+        context.record_action(self._act(policy, context, record.deterministic))
+        updated = _next_revision(record, context)
+        self.store.update(updated)
+        return _step_response(updated, policy)
+
+    def update_budget(self, episode_id: str, request: BudgetUpdate) -> EpisodePublic:
+        """Change the budgets; the whole cost-to-go window is rewritten consistently."""
+        record = self.store.get(episode_id)
+        context = record.context.copy()
+        context.set_budget(
+            cost_limit=request.cost_limit,
+            remaining_cost=request.remaining_cost,
+            target_reward=request.target_reward,
+            remaining_reward=request.remaining_reward,
+        )
+        updated = _next_revision(record, context)
+        self.store.update(updated)
+        return self._public(updated)
+
+    def describe(self, episode_id: str) -> EpisodePublic:
+        """State and totals of a live episode."""
+        return self._public(self.store.get(episode_id))
+
+    def end(self, episode_id: str) -> EpisodeSummary:
+        """End an episode; later calls on it answer 410."""
+        record = self.store.delete(episode_id)
+        context = record.context
+        return EpisodeSummary(
+            episode_id=record.episode_id,
+            model=record.model,
+            model_version=record.model_version,
+            steps=context.step + 1,
+            total_reward=context.total_reward,
+            total_cost=context.total_cost,
+            remaining_reward=context.remaining_reward,
+            remaining_cost=context.remaining_cost,
+            budget_exhausted=context.budget_exhausted,
+        )
+
+    def close(self) -> None:
+        """Stop the micro-batchers."""
+        with self._batchers_lock:
+            for batcher in self._batchers.values():
+                batcher.close()
+            self._batchers.clear()
+
+    def _public(self, record: EpisodeRecord) -> EpisodePublic:
+        context = record.context
+        return EpisodePublic(
+            episode_id=record.episode_id,
+            model=record.model,
+            model_version=record.model_version,
+            step=context.step,
+            target_reward=context.target_reward,
+            target_cost=context.target_cost,
+            remaining_reward=context.remaining_reward,
+            remaining_cost=context.remaining_cost,
+            total_reward=context.total_reward,
+            total_cost=context.total_cost,
+            budget_exhausted=context.budget_exhausted,
+            deterministic=record.deterministic,
+            seed=record.seed,
+            created_at=record.created_at,
+            expires_at=record.updated_at + self.store.ttl_s,
+            warnings=self._warnings(record),
+        )
+
+    def _warnings(self, record: EpisodeRecord) -> list[str]:
+        try:
+            policy = self.repository.pinned(record.model, record.model_version)
+        except EpisodeGoneError:
+            return []
+        return policy.card.budget_warnings(record.context.target_cost)
+
+    def _act(self, policy: Policy, context: EpisodeContext, deterministic: bool) -> Any:
+        """Forward pass and sampling for the newest step; consumes the context's generator."""
+        mean, log_std = self._forward(policy, context.window())
+        if not (np.isfinite(mean).all() and np.isfinite(log_std).all()):
+            raise PolicyOutputError("the model produced a non-finite action for these inputs")
+        card = policy.card
+        return sample_action(
+            mean, log_std, context.rng, card.action_low, card.action_high, deterministic
+        )
+
+    def _forward(self, policy: Policy, window: dict[str, npt.NDArray[Any]]) -> Outputs:
+        """[action_dim] mean and log std, micro-batched when enabled."""
+        try:
+            if self.settings.batching:
+                return self._batcher(policy).predict_one(window)
+            mean, log_std = policy.predict({name: value[None] for name, value in window.items()})
+        except Exception as error:  # onnxruntime raises its own types; the episode is unchanged
+            logger.exception("forward pass of %s %s failed", policy.card.name, policy.card.version)
+            raise ModelError(f"the model failed on this input: {error}") from error
+        self.metrics.batch_size.observe(1)
+        return mean[0], log_std[0]
+
+    def _batcher(self, policy: Policy) -> MicroBatcher:
+        key = (policy.card.name, policy.card.version)
+        with self._batchers_lock:
+            if key not in self._batchers:
+                self._batchers[key] = MicroBatcher(
+                    policy.predict,
+                    max_size=self.settings.batch_max_size,
+                    max_wait_s=self.settings.batch_max_wait_ms / 1000.0,
+                    on_batch=self.metrics.batch_size.observe,
+                )
+            return self._batchers[key]
+
+
+def _check_observation(observation: Sequence[float], policy: Policy) -> None:
+    expected = policy.card.observation_dim
+    if len(observation) != expected:
+        name = policy.card.name
+        detail = f"observation has {len(observation)} values, model {name} needs {expected}"
+        raise InvalidInputError(detail, "observation")
+
+
+def _next_revision(record: EpisodeRecord, context: EpisodeContext) -> EpisodeRecord:
+    return replace(record, context=context, updated_at=time.time(), revision=record.revision + 1)
+
+
+def _step_response(record: EpisodeRecord, policy: Policy) -> StepResponse:
+    context = record.context
+    return StepResponse(
+        episode_id=record.episode_id,
+        action=context.last_action.tolist(),
+        step=context.step,
+        remaining_reward=context.remaining_reward,
+        remaining_cost=context.remaining_cost,
+        budget_exhausted=context.budget_exhausted,
+        model=record.model,
+        model_version=record.model_version,
+        warnings=policy.card.budget_warnings(context.target_cost),
+    )

@@ -1,0 +1,97 @@
+"""Service errors: each maps to one HTTP status, one error code and (optionally) a field.
+
+REST answers them as `ErrorResponse` JSON; the websocket answers them as `error` frames.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.schemas import ErrorResponse
+
+
+class ServiceError(Exception):
+    """Base of the errors the API reports to clients."""
+
+    status_code = 500
+    code = "internal_error"
+
+    def __init__(self, detail: str, field: str | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.field = field
+
+
+class InvalidInputError(ServiceError):
+    """A well-formed request that does not fit the model or the episode (422)."""
+
+    status_code = 422
+    code = "invalid_input"
+
+
+class ModelNotFoundError(ServiceError):
+    """No served model has this name (404)."""
+
+    status_code = 404
+    code = "model_not_found"
+
+
+class EpisodeNotFoundError(ServiceError):
+    """No episode has this id (404)."""
+
+    status_code = 404
+    code = "episode_not_found"
+
+
+class EpisodeGoneError(ServiceError):
+    """The episode ended, expired, or its model version is no longer served (410)."""
+
+    status_code = 410
+    code = "episode_gone"
+
+
+class StepConflictError(ServiceError):
+    """The step index is neither the next step nor a retry of the last one (409)."""
+
+    status_code = 409
+    code = "step_conflict"
+
+
+class TooManyEpisodesError(ServiceError):
+    """The cap on live episodes is reached (429)."""
+
+    status_code = 429
+    code = "too_many_episodes"
+
+
+class UnauthorizedError(ServiceError):
+    """Missing or invalid bearer token (401)."""
+
+    status_code = 401
+    code = "unauthorized"
+
+
+class StoreUnavailableError(ServiceError):
+    """The session store cannot be reached (503)."""
+
+    status_code = 503
+    code = "store_unavailable"
+
+
+class ModelError(ServiceError):
+    """onnxruntime failed on this episode's window (500); nothing was changed."""
+
+    status_code = 500
+    code = "model_error"
+
+
+class PolicyOutputError(ServiceError):
+    """The model produced a non-finite action for these inputs (422); nothing was changed."""
+
+    status_code = 422
+    code = "non_finite_action"
+
+
+def error_responses(*status_codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` entries documenting `ErrorResponse` for these status codes."""
+    return {status: {"model": ErrorResponse} for status in status_codes}

@@ -1,0 +1,233 @@
+"""The FastAPI app: `uvicorn service.main:create_app --factory` (or `cdt serve`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.config import Settings
+from service.deps import require_token
+from service.episodes import EpisodeService
+from service.errors import ServiceError, error_responses
+from service.metrics import Metrics
+from service.policy import ModelRepository
+from service.routes import episodes, health, models, stream
+from service.routes.stream import describe_validation_error
+from service.schemas import ErrorResponse
+from service.sessions import InMemorySessionStore, RedisSessionStore, SessionStore
+
+logger = logging.getLogger(__name__)
+API_VERSION = "1.0.0"
+REQUEST_PARTS = frozenset({"body", "path", "query", "header", "cookie"})
+
+
+def create_app(settings: Settings | None = None, *, store: SessionStore | None = None) -> FastAPI:
+    """Build the app; models load and the store connects when the lifespan starts.
+
+    Args:
+        settings: defaults to `Settings()` (environment variables `CDT_*`).
+        store: a session store to use instead of the one the settings describe (tests).
+    """
+    settings = settings if settings is not None else Settings()
+    app = FastAPI(
+        title="CDT policy service",
+        summary="Constrained Decision Transformer policies with per-episode reward/cost budgets",
+        version=API_VERSION,
+        lifespan=_lifespan,
+    )
+    app.state.settings = settings
+    app.state.injected_store = store
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_exception_handler(ServiceError, _service_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
+    app.include_router(health.router)
+    # auth (and its OpenAPI security scheme) only when tokens are configured, so the schema
+    # says exactly what the server enforces; the websocket checks its token itself
+    auth = [Depends(require_token)] if settings.api_tokens else []
+    for router in (models.router, episodes.router):
+        app.include_router(router, prefix="/v1", dependencies=auth, responses=auth_responses(auth))
+    app.include_router(stream.router, prefix="/v1")
+    return app
+
+
+def auth_responses(auth: list[Any]) -> dict[int | str, dict[str, Any]]:
+    """Document 401 on the routes that require a token."""
+    return error_responses(401) if auth else {}
+
+
+def make_store(settings: Settings, metrics: Metrics) -> SessionStore:
+    """Redis when `redis_url` is set, the in-memory store otherwise."""
+    if settings.redis_url:
+        return RedisSessionStore(
+            settings.redis_url,
+            ttl_s=settings.episode_ttl_s,
+            max_episodes=settings.max_episodes,
+            ended_ttl_s=settings.ended_ttl_s,
+            prefix=settings.redis_prefix,
+            on_evict=metrics.record_evictions,
+        )
+    return InMemorySessionStore(
+        ttl_s=settings.episode_ttl_s,
+        max_episodes=settings.max_episodes,
+        ended_ttl_s=settings.ended_ttl_s,
+        on_evict=metrics.record_evictions,
+    )
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Load the model repository, connect the store, install the SIGHUP reload."""
+    settings: Settings = app.state.settings
+    metrics = Metrics()
+    repository = ModelRepository(
+        settings.models_dir,
+        intra_op_threads=settings.intra_op_threads,
+        inter_op_threads=settings.inter_op_threads,
+        keep_versions=settings.keep_versions,
+    )
+    result = repository.reload()
+    if not len(repository):
+        refused = len(result.failed)
+        logger.warning("no model served from %s (%d refused)", settings.models_dir, refused)
+    metrics.models.set(len(repository))
+    store = app.state.injected_store or make_store(settings, metrics)
+    store.on_evict = metrics.record_evictions
+    metrics.track_active_episodes(lambda: _count_or_nan(store))
+    app.state.service = EpisodeService(repository, store, metrics, settings)
+    reload_on_sighup = _install_sighup(repository, metrics)
+    try:
+        yield
+    finally:
+        reload_on_sighup()
+        app.state.service.close()
+        if app.state.injected_store is None:
+            store.close()
+
+
+def _count_or_nan(store: SessionStore) -> float:
+    try:
+        return store.count()
+    except ServiceError:
+        return float("nan")
+
+
+def _install_sighup(repository: ModelRepository, metrics: Metrics) -> Callable[[], None]:
+    """Reload the repository on SIGHUP (main thread only); returns the uninstaller."""
+    loop = asyncio.get_running_loop()
+
+    def reload() -> None:
+        logger.info("SIGHUP: reloading the model repository")
+        future = loop.run_in_executor(None, repository.reload)
+        future.add_done_callback(lambda _: metrics.models.set(len(repository)))
+
+    try:
+        loop.add_signal_handler(signal.SIGHUP, reload)
+    except (NotImplementedError, RuntimeError, ValueError, AttributeError):
+        return lambda: None  # not the main thread (TestClient) or no SIGHUP on this platform
+
+    def uninstall() -> None:
+        loop.remove_signal_handler(signal.SIGHUP)
+
+    return uninstall
+
+
+def _error_response(
+    request: Request,
+    status_code: int,
+    body: ErrorResponse,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    with contextlib.suppress(AttributeError):
+        request.app.state.service.metrics.errors.labels(body.code).inc()
+    return JSONResponse(body.model_dump(), status_code=status_code, headers=headers)
+
+
+async def _service_error(request: Request, error: ServiceError) -> JSONResponse:
+    body = ErrorResponse(code=error.code, detail=error.detail, field=error.field)
+    headers = {"WWW-Authenticate": "Bearer"} if error.status_code == 401 else None
+    return _error_response(request, error.status_code, body, headers)
+
+
+async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
+    field, detail = describe_validation_error(error.errors(), REQUEST_PARTS)
+    body = ErrorResponse(code="validation_error", detail=detail, field=field)
+    return _error_response(request, 422, body)
+
+
+async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
+    code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "http_error")
+    body = ErrorResponse(code=code, detail=str(error.detail))
+    headers = dict(error.headers or {})
+    if error.status_code == 405:  # Starlette lists only the first matching route's methods
+        headers["Allow"] = ", ".join(sorted(allowed_methods(request)))
+    return _error_response(request, error.status_code, body, headers)
+
+
+def allowed_methods(request: Request) -> set[str]:
+    """Every method some route serves at this path."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return methods
+
+
+class BodySizeLimitMiddleware:
+    """Answer 413 to request bodies over `max_bytes`, declared or streamed."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"0")
+        if not declared.isdigit() or int(declared) > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        body, complete = b"", False
+        while not complete:  # buffer the (small) body so a streamed one is measured too
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client disconnected
+            body += message.get("body", b"")
+            complete = not message.get("more_body", False)
+            if len(body) > self.max_bytes:
+                await self._refuse(scope, receive, send)
+                return
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        detail = f"request body exceeds {self.max_bytes} bytes"
+        body = ErrorResponse(code="payload_too_large", detail=detail, field="body")
+        await JSONResponse(body.model_dump(), status_code=413)(scope, receive, send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that yields the buffered body once, then defers to the real one."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay

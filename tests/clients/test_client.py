@@ -1,0 +1,189 @@
+"""PolicyClient and AsyncPolicyClient against the real app: typed replies, errors, retries."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from clients.client import (
+    AsyncPolicyClient,
+    AuthenticationError,
+    ConflictError,
+    EpisodeGoneError,
+    InvalidRequestError,
+    NotFoundError,
+    PolicyClient,
+    ServerError,
+    ServiceUnreachableError,
+    TooManyEpisodesError,
+    error_for_status,
+)
+from service.schemas import EpisodePublic, StepResponse
+from tests.clients.conftest import TOKEN
+from tests.service.conftest import TestClient
+
+OBSERVATION = [0.1, -0.2, 0.3]
+
+
+def make_client(app_client: TestClient, step_retries: int = 2) -> PolicyClient:
+    return PolicyClient("http://testserver", http_client=app_client, step_retries=step_retries)
+
+
+class LosesFirstReply(httpx.BaseTransport):
+    """Delivers every request to the app, but drops the first reply (a read timeout)."""
+
+    def __init__(self, app_client: TestClient, status: int | None = None) -> None:
+        self.app_client, self.status, self.calls = app_client, status, 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.calls += 1
+        response = self.app_client.send(request)
+        if self.calls == 1 and self.status is None:
+            raise httpx.ReadTimeout("reply lost", request=request)
+        status = self.status if self.calls == 1 and self.status else response.status_code
+        return httpx.Response(status, headers=response.headers, content=response.content)
+
+
+def test_client_runs_an_episode_with_typed_replies(app_client: TestClient) -> None:
+    with make_client(app_client) as client:
+        (model,) = client.list_models()
+        started = client.create_episode(model.name, 50.0, 10.0, OBSERVATION, seed=1)
+        assert isinstance(started, StepResponse) and started.step == 0
+        stepped = client.step(started.episode_id, OBSERVATION, 1.0, 2.0, step=1)
+        assert (stepped.step, stepped.remaining_cost) == (1, 8.0)
+        state = client.update_budget(started.episode_id, cost_limit=5.0)
+        assert isinstance(state, EpisodePublic) and state.remaining_cost == 3.0
+        assert client.get_episode(started.episode_id).total_cost == 2.0
+        assert client.close_episode(started.episode_id).steps == 2
+        assert client.readyz().status == "ok"
+        assert client.reload_models().unchanged[0].name == "toy"
+
+
+def test_client_accepts_numpy_observations(app_client: TestClient) -> None:
+    np = pytest.importorskip("numpy")
+    with make_client(app_client) as client:
+        started = client.create_episode("toy", 50.0, 10.0, np.array(OBSERVATION, np.float32))
+        assert client.step(started.episode_id, np.zeros(3), 0.0, 0.0).step == 1
+
+
+def test_client_errors_map_to_typed_exceptions(app_client: TestClient) -> None:
+    with make_client(app_client) as client:
+        with pytest.raises(NotFoundError) as missing:
+            client.create_episode("nope", 1.0, 1.0, OBSERVATION)
+        assert (missing.value.status_code, missing.value.field) == (404, "model")
+        with pytest.raises(InvalidRequestError) as invalid:
+            client.create_episode("toy", 1.0, 1.0, [1.0])
+        assert invalid.value.field == "observation"
+        episode_id = client.create_episode("toy", 1.0, 1.0, OBSERVATION).episode_id
+        with pytest.raises(ConflictError):
+            client.step(episode_id, OBSERVATION, 0.0, 0.0, step=7)
+        client.close_episode(episode_id)
+        with pytest.raises(EpisodeGoneError):
+            client.get_episode(episode_id)
+
+
+def test_client_invalid_input_fails_before_sending(app_client: TestClient) -> None:
+    with make_client(app_client) as client:
+        with pytest.raises(InvalidRequestError) as error:
+            client.step("abc", [float("nan")], 0.0, 0.0)
+        assert error.value.status_code is None and error.value.field == "observation.0"
+        with pytest.raises(InvalidRequestError):
+            client.update_budget("abc", cost_limit=1.0, remaining_cost=1.0)
+
+
+def test_error_for_status_covers_auth_cap_and_server_errors() -> None:
+    assert isinstance(error_for_status(401, "x"), AuthenticationError)
+    assert isinstance(error_for_status(429, "x"), TooManyEpisodesError)
+    assert isinstance(error_for_status(503, "x"), ServerError)
+
+
+def test_client_step_retry_after_a_lost_reply_returns_the_same_action(
+    app_client: TestClient,
+) -> None:
+    with make_client(app_client) as client:
+        started = client.create_episode("toy", 50.0, 10.0, OBSERVATION, seed=3)
+        transport = LosesFirstReply(app_client)
+        with (
+            httpx.Client(transport=transport) as http,
+            PolicyClient("http://testserver", http_client=http) as flaky,
+        ):
+            flaky.retry_backoff_s = 0.0
+            stepped = flaky.step(started.episode_id, OBSERVATION, 1.0, 1.0, step=1)
+        assert transport.calls == 2
+        state = client.get_episode(started.episode_id)
+        assert state.step == 1 and state.total_cost == 1.0  # applied once
+        again = client.step(started.episode_id, OBSERVATION, 1.0, 1.0, step=1)
+        assert again.action == stepped.action
+
+
+def test_client_step_without_index_is_never_retried(app_client: TestClient) -> None:
+    for call in ("step", "create_episode"):
+        transport = LosesFirstReply(app_client)
+        with (
+            httpx.Client(transport=transport) as http,
+            PolicyClient("http://testserver", http_client=http) as flaky,
+        ):
+            flaky.retry_backoff_s = 0.0
+            with pytest.raises(ServiceUnreachableError):
+                if call == "step":
+                    flaky.step("abc", OBSERVATION, 1.0, 1.0)
+                else:
+                    flaky.create_episode("toy", 1.0, 1.0, OBSERVATION)
+        assert transport.calls == 1
+
+
+def test_client_step_retries_a_503(app_client: TestClient) -> None:
+    with make_client(app_client) as client:
+        started = client.create_episode("toy", 50.0, 10.0, OBSERVATION)
+    transport = LosesFirstReply(app_client, status=503)
+    with (
+        httpx.Client(transport=transport) as http,
+        PolicyClient("http://testserver", http_client=http) as flaky,
+    ):
+        flaky.retry_backoff_s = 0.0
+        assert flaky.step(started.episode_id, OBSERVATION, 0.0, 0.0, step=1).step == 1
+    assert transport.calls == 2
+
+
+def test_client_unreachable_server_raises_after_timeout() -> None:
+    with PolicyClient("http://127.0.0.1:9", timeout=0.5) as client:
+        with pytest.raises(ServiceUnreachableError):
+            client.list_models()
+
+
+@pytest.mark.anyio
+async def test_async_client_runs_an_episode(live_url: str) -> None:
+    async with AsyncPolicyClient(live_url) as client:
+        assert [model.name for model in await client.list_models()] == ["toy"]
+        started = await client.create_episode("toy", 50.0, 10.0, OBSERVATION, seed=1)
+        stepped = await client.step(started.episode_id, OBSERVATION, 1.0, 2.0, step=1)
+        assert stepped.remaining_cost == 8.0
+        assert (await client.update_budget(started.episode_id, remaining_cost=1.0)).target_cost == 3
+        assert (await client.get_episode(started.episode_id)).step == 1
+        assert (await client.close_episode(started.episode_id)).total_reward == 1.0
+        assert (await client.readyz()).status == "ok"
+        with pytest.raises(EpisodeGoneError):
+            await client.step(started.episode_id, OBSERVATION, 0.0, 0.0)
+
+
+@pytest.mark.anyio
+async def test_async_client_token_is_sent(secured_url: str) -> None:
+    async with AsyncPolicyClient(secured_url) as anonymous:
+        with pytest.raises(AuthenticationError):
+            await anonymous.list_models()
+    async with AsyncPolicyClient(secured_url, token=TOKEN) as client:
+        assert len(await client.list_models()) == 1
+
+
+def test_sync_and_async_clients_give_the_same_actions(
+    app_client: TestClient, live_url: str
+) -> None:
+    import asyncio
+
+    async def run_async() -> list[float]:
+        async with AsyncPolicyClient(live_url) as client:
+            return (await client.create_episode("toy", 5.0, 1.0, OBSERVATION, seed=5)).action
+
+    with make_client(app_client) as client:
+        sync_action = client.create_episode("toy", 5.0, 1.0, OBSERVATION, seed=5).action
+    assert asyncio.run(run_async()) == sync_action

@@ -1,0 +1,252 @@
+"""REST API v1: episodes from start to end, budgets, retries and every way to get it wrong."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.config import Settings
+from service.main import create_app
+from service.sessions import InMemorySessionStore
+from tests.service.test_sessions import FakeClock
+
+OBSERVATION = [0.1, -0.2, 0.3]
+
+
+def start(client: TestClient, **overrides: Any) -> dict[str, Any]:
+    body = {"model": "toy", "target_reward": 50.0, "target_cost": 10.0, "observation": OBSERVATION}
+    response = client.post("/v1/episodes", json=body | overrides)
+    assert response.status_code == 201, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def step(client: TestClient, episode_id: str, **overrides: Any) -> Any:
+    body = {"observation": OBSERVATION, "reward": 1.0, "cost": 0.5} | overrides
+    return client.post(f"/v1/episodes/{episode_id}/step", json=body)
+
+
+def run(client: TestClient, seed: int, steps: int = 5, **overrides: Any) -> list[list[float]]:
+    started = start(client, seed=seed, **overrides)
+    actions = [started["action"]]
+    for _ in range(steps):
+        actions.append(step(client, started["episode_id"]).json()["action"])
+    return actions
+
+
+def test_create_episode_returns_first_action_and_budgets(client: TestClient) -> None:
+    started = start(client, seed=1)
+    assert started["step"] == 0 and started["model_version"] == "1"
+    assert started["remaining_reward"] == 50.0 and started["remaining_cost"] == 10.0
+    assert len(started["action"]) == 2 and not started["budget_exhausted"]
+
+
+def test_step_subtracts_reward_and_cost(client: TestClient) -> None:
+    started = start(client)
+    reply = step(client, started["episode_id"], reward=2.0, cost=3.0).json()
+    assert (reply["step"], reply["remaining_reward"], reply["remaining_cost"]) == (1, 48.0, 7.0)
+
+
+def test_episode_same_seed_gives_same_actions(client: TestClient) -> None:
+    assert run(client, seed=3) == run(client, seed=3)
+    assert run(client, seed=3) != run(client, seed=4)
+
+
+def test_episode_actions_stay_within_the_action_bounds(client: TestClient) -> None:
+    for action in run(client, seed=0, steps=20):
+        assert all(-1.0 <= value <= 1.0 for value in action)
+
+
+def test_episode_deterministic_returns_the_mean(client: TestClient) -> None:
+    first = run(client, seed=1, deterministic=True)
+    assert first == run(client, seed=2, deterministic=True)
+
+
+def test_step_exhausted_budget_clamps_at_zero_and_says_so(client: TestClient) -> None:
+    started = start(client, target_cost=1.0)
+    reply = step(client, started["episode_id"], cost=5.0).json()
+    assert reply["remaining_cost"] == 0.0 and reply["budget_exhausted"]
+    state = client.get(f"/v1/episodes/{started['episode_id']}").json()
+    assert state["total_cost"] == 5.0 and state["remaining_cost"] == 0.0
+
+
+def test_budget_change_changes_the_next_action(client: TestClient) -> None:
+    actions = []
+    for cost_limit in (None, 40.0):
+        started = start(client, seed=0, deterministic=True)
+        if cost_limit is not None:
+            patched = client.patch(
+                f"/v1/episodes/{started['episode_id']}/budget", json={"cost_limit": cost_limit}
+            )
+            assert patched.status_code == 200 and patched.json()["remaining_cost"] == 40.0
+        actions.append(step(client, started["episode_id"], cost=0.0).json()["action"])
+    assert actions[0] != actions[1]
+
+
+def test_budget_cost_limit_subtracts_cost_already_spent(client: TestClient) -> None:
+    episode_id = start(client)["episode_id"]
+    step(client, episode_id, cost=4.0)
+    state = client.patch(f"/v1/episodes/{episode_id}/budget", json={"cost_limit": 6.0}).json()
+    assert state["remaining_cost"] == 2.0 and state["target_cost"] == 6.0
+    state = client.patch(f"/v1/episodes/{episode_id}/budget", json={"remaining_cost": 9.0}).json()
+    assert state["remaining_cost"] == 9.0 and state["target_cost"] == 13.0
+
+
+def test_budget_outside_validated_range_warns(client: TestClient) -> None:
+    assert start(client, target_cost=100.0)["warnings"]
+    episode_id = start(client, target_cost=10.0)["episode_id"]
+    state = client.patch(f"/v1/episodes/{episode_id}/budget", json={"cost_limit": 1.0}).json()
+    assert "validated range" in state["warnings"][0]
+    assert "validated range" in step(client, episode_id).json()["warnings"][0]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"cost_limit": 1.0, "remaining_cost": 1.0},
+        {"cost_limit": -1.0},
+        {"target_reward": "lots"},
+        {"cost_limit": 1.0, "surprise": 1},
+    ],
+)
+def test_budget_invalid_body_returns_422_and_keeps_the_episode(
+    client: TestClient, body: dict[str, Any]
+) -> None:
+    episode_id = start(client)["episode_id"]
+    before = client.get(f"/v1/episodes/{episode_id}").json()
+    response = client.patch(f"/v1/episodes/{episode_id}/budget", json=body)
+    assert response.status_code == 422 and response.json()["code"] == "validation_error"
+    assert client.get(f"/v1/episodes/{episode_id}").json() == before
+
+
+def test_step_retry_of_the_last_step_returns_the_same_action(client: TestClient) -> None:
+    episode_id = start(client, seed=2)["episode_id"]
+    first = step(client, episode_id, step=1).json()
+    again = step(client, episode_id, step=1).json()
+    assert again == first
+    assert client.get(f"/v1/episodes/{episode_id}").json()["total_reward"] == 1.0
+
+
+def test_step_out_of_order_returns_409_naming_step(client: TestClient) -> None:
+    episode_id = start(client)["episode_id"]
+    response = step(client, episode_id, step=5)
+    assert response.status_code == 409 and response.json()["field"] == "step"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"observation": [0.1, 0.2]}, "observation"),
+        ({"observation": [0.1, 0.2, "nan"]}, "observation.2"),
+        ({"observation": [0.1, 0.2, 1e300]}, "observation.2"),
+        ({"observation": "abc"}, "observation"),
+        ({"observation": []}, "observation"),
+        ({"reward": "Infinity"}, "reward"),
+        ({"reward": None}, "reward"),
+        ({"reward": True}, "reward"),
+        ({"observation": ["0.1", 0.2, 0.3]}, "observation.0"),
+        ({"cost": -1.0}, "cost"),
+        ({"step": -1}, "step"),
+        ({"extra": 1}, "extra"),
+    ],
+)
+def test_step_bad_input_returns_422_naming_the_field_and_keeps_the_episode(
+    client: TestClient, overrides: dict[str, Any], field: str
+) -> None:
+    episode_id = start(client)["episode_id"]
+    before = client.get(f"/v1/episodes/{episode_id}").json()
+    response = step(client, episode_id, **overrides)
+    assert response.status_code == 422
+    assert response.json()["field"] == field
+    assert client.get(f"/v1/episodes/{episode_id}").json() == before
+
+
+def test_step_malformed_json_returns_422(client: TestClient) -> None:
+    episode_id = start(client)["episode_id"]
+    response = client.post(
+        f"/v1/episodes/{episode_id}/step",
+        content=b'{"observation": [1,',
+        headers={"content-type": "application/json"},
+    )
+    assert response.status_code == 422 and response.json()["code"] == "validation_error"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "status", "field"),
+    [
+        ({"model": "nope"}, 404, "model"),
+        ({"model": "../etc"}, 422, "model"),
+        ({"target_cost": -1.0}, 422, "target_cost"),
+        ({"observation": [1.0]}, 422, "observation"),
+        ({"seed": -3}, 422, "seed"),
+        ({"deterministic": "maybe"}, 422, "deterministic"),
+    ],
+)
+def test_create_episode_bad_input_returns_4xx_naming_the_field(
+    client: TestClient, overrides: dict[str, Any], status: int, field: str
+) -> None:
+    body = {"model": "toy", "target_reward": 50.0, "target_cost": 10.0, "observation": OBSERVATION}
+    response = client.post("/v1/episodes", json=body | overrides)
+    assert response.status_code == status
+    assert response.json()["field"] == field
+
+
+def test_step_oversized_body_returns_413(client: TestClient) -> None:
+    episode_id = start(client)["episode_id"]
+    response = step(client, episode_id, observation=[0.123456789] * 30_000)
+    assert response.status_code == 413 and response.json()["code"] == "payload_too_large"
+
+
+def test_streamed_oversized_body_returns_413(client: TestClient) -> None:
+    chunks = (b"x" * 100_000 for _ in range(4))  # no content-length: chunked upload
+    response = client.post("/v1/episodes", content=chunks)
+    assert response.status_code == 413
+
+
+def test_step_unknown_episode_returns_404(client: TestClient) -> None:
+    response = step(client, "0123456789abcdef")
+    assert response.status_code == 404 and response.json()["field"] == "episode_id"
+
+
+def test_end_episode_returns_summary_then_410(client: TestClient) -> None:
+    episode_id = start(client)["episode_id"]
+    step(client, episode_id, reward=3.0, cost=1.0)
+    summary = client.delete(f"/v1/episodes/{episode_id}").json()
+    assert (summary["steps"], summary["total_reward"], summary["total_cost"]) == (2, 3.0, 1.0)
+    assert step(client, episode_id).status_code == 410
+    assert client.get(f"/v1/episodes/{episode_id}").status_code == 410
+    assert client.delete(f"/v1/episodes/{episode_id}").status_code == 410
+
+
+def test_episode_idle_past_ttl_returns_410(settings: Settings) -> None:
+    clock = FakeClock()
+    store = InMemorySessionStore(ttl_s=30.0, max_episodes=10, clock=clock)
+    with TestClient(create_app(settings, store=store)) as client:
+        episode_id = start(client)["episode_id"]
+        clock.now = 31.0
+        response = step(client, episode_id)
+        assert response.status_code == 410 and "expired" in response.json()["detail"]
+        assert "cdt_episode_evictions_total 1.0" in client.get("/metrics").text
+
+
+def test_create_episode_over_the_cap_returns_429(settings: Settings) -> None:
+    capped = settings.model_copy(update={"max_episodes": 1})
+    with TestClient(create_app(capped)) as client:
+        start(client)
+        response = client.post(
+            "/v1/episodes",
+            json={"model": "toy", "target_reward": 1, "target_cost": 1, "observation": OBSERVATION},
+        )
+        assert response.status_code == 429 and "maximum of 1" in response.json()["detail"]
+
+
+def test_get_episode_reports_state_and_totals(client: TestClient) -> None:
+    episode_id = start(client, seed=9)["episode_id"]
+    step(client, episode_id, reward=2.0, cost=1.0)
+    state = client.get(f"/v1/episodes/{episode_id}").json()
+    assert state["seed"] == 9 and state["step"] == 1
+    assert (state["total_reward"], state["total_cost"]) == (2.0, 1.0)
+    assert state["expires_at"] > state["created_at"]

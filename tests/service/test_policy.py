@@ -1,0 +1,164 @@
+"""Policy loading against docs/ARTIFACT.md and the model repository's reload rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service.context import EpisodeContext, stack_windows
+from service.errors import EpisodeGoneError, ModelNotFoundError
+from service.policy import ModelRepository, Policy, PolicyLoadError
+from tests.service.conftest import LOG_STD, build_test_graph, write_test_policy
+
+
+def edit_card(directory: Path, **changes: object) -> None:
+    card = json.loads((directory / "model.json").read_text())
+    card.update(changes)
+    (directory / "model.json").write_text(json.dumps(card))
+
+
+def test_policy_load_predicts_mean_and_log_std(tmp_path: Path) -> None:
+    policy = Policy.load(write_test_policy(tmp_path / "toy"))
+    context = EpisodeContext.start([0.1, 0.2, 0.3], 50.0, 10.0, context_len=4, action_dim=2)
+    mean, log_std = policy.predict(stack_windows([context, context]))
+    assert mean.shape == (2, 2) and log_std.shape == (2, 2)
+    np.testing.assert_allclose(log_std, LOG_STD)
+    assert policy.card.validated_cost_range == (5.0, 40.0)
+    assert policy.card.model_extra == {"training_config": {"seed": 0}}
+
+
+def test_policy_load_missing_required_key_is_refused(tmp_path: Path) -> None:
+    directory = write_test_policy(tmp_path / "toy")
+    card = json.loads((directory / "model.json").read_text())
+    del card["context_len"]
+    (directory / "model.json").write_text(json.dumps(card))
+    with pytest.raises(PolicyLoadError, match="context_len"):
+        Policy.load(directory)
+
+
+def test_policy_load_card_disagreeing_with_graph_is_refused(tmp_path: Path) -> None:
+    directory = write_test_policy(tmp_path / "toy")
+    edit_card(directory, observation_dim=5)
+    with pytest.raises(PolicyLoadError, match="states"):
+        Policy.load(directory)
+
+
+def test_policy_load_corrupt_onnx_is_refused(tmp_path: Path) -> None:
+    directory = write_test_policy(tmp_path / "toy")
+    (directory / "model.onnx").write_bytes(b"not a graph")
+    with pytest.raises(PolicyLoadError):
+        Policy.load(directory)
+
+
+def test_policy_load_wrong_output_names_is_refused(tmp_path: Path) -> None:
+    directory = write_test_policy(tmp_path / "toy")
+    graph = build_test_graph(3, 2, 4)
+    graph.graph.output[0].name = "mean"
+    for node in graph.graph.node:
+        node.output[:] = ["mean" if name == "action_mean" else name for name in node.output]
+        node.input[:] = ["mean" if name == "action_mean" else name for name in node.input]
+    (directory / "model.onnx").write_bytes(graph.SerializeToString())
+    with pytest.raises(PolicyLoadError, match="action_mean"):
+        Policy.load(directory)
+
+
+def test_card_action_bounds_must_match_action_dim(tmp_path: Path) -> None:
+    directory = write_test_policy(tmp_path / "toy")
+    edit_card(directory, action_low=[-1.0])
+    with pytest.raises(PolicyLoadError, match="action_dim"):
+        Policy.load(directory)
+
+
+def test_repository_serves_models_by_card_name(tmp_path: Path) -> None:
+    write_test_policy(tmp_path / "dir-a", name="alpha")
+    write_test_policy(tmp_path / "dir-b", name="beta", observation_dim=5)
+    repository = ModelRepository(tmp_path)
+    result = repository.reload()
+    assert {ref.name for ref in result.loaded} == {"alpha", "beta"}
+    assert repository.current("beta").card.observation_dim == 5
+    with pytest.raises(ModelNotFoundError):
+        repository.current("gamma")
+
+
+def test_repository_reload_refuses_broken_file_and_keeps_old_version(tmp_path: Path) -> None:
+    directory = write_test_policy(tmp_path / "toy", version="1")
+    repository = ModelRepository(tmp_path)
+    repository.reload()
+    edit_card(directory, version="2")
+    (directory / "model.onnx").write_bytes(b"broken")
+    result = repository.reload()
+    assert len(result.failed) == 1 and not result.loaded and not result.removed
+    assert repository.current("toy").card.version == "1"
+
+
+def test_repository_reload_broken_card_keeps_old_version(tmp_path: Path) -> None:
+    directory = write_test_policy(tmp_path / "toy", version="1")
+    repository = ModelRepository(tmp_path)
+    repository.reload()
+    (directory / "model.json").write_text("{not json")
+    result = repository.reload()
+    assert len(result.failed) == 1
+    assert repository.current("toy").card.version == "1"
+
+
+def test_repository_reload_new_version_keeps_old_one_for_pinned_episodes(tmp_path: Path) -> None:
+    directory = write_test_policy(tmp_path / "toy", version="1")
+    repository = ModelRepository(tmp_path, keep_versions=2)
+    repository.reload()
+    write_test_policy(directory, version="2", cost_weight=0.5)
+    result = repository.reload()
+    assert [ref.version for ref in result.loaded] == ["2"]
+    assert repository.current("toy").card.version == "2"
+    assert repository.pinned("toy", "1").card.version == "1"
+
+
+def test_repository_keeps_at_most_keep_versions(tmp_path: Path) -> None:
+    directory = tmp_path / "toy"
+    repository = ModelRepository(tmp_path, keep_versions=1)
+    for version in ("1", "2"):
+        write_test_policy(directory, version=version)
+        repository.reload()
+    with pytest.raises(EpisodeGoneError):
+        repository.pinned("toy", "1")
+
+
+def test_repository_unchanged_version_is_not_reloaded(tmp_path: Path) -> None:
+    write_test_policy(tmp_path / "toy")
+    repository = ModelRepository(tmp_path)
+    repository.reload()
+    first = repository.current("toy")
+    result = repository.reload()
+    assert [ref.version for ref in result.unchanged] == ["1"]
+    assert repository.current("toy") is first
+
+
+def test_repository_changed_files_without_version_bump_are_refused(tmp_path: Path) -> None:
+    directory = write_test_policy(tmp_path / "toy")
+    repository = ModelRepository(tmp_path)
+    repository.reload()
+    write_test_policy(directory, cost_weight=0.9)
+    result = repository.reload()
+    assert "version bump" in result.failed[0].error
+
+
+def test_repository_duplicate_names_refuse_the_second(tmp_path: Path) -> None:
+    write_test_policy(tmp_path / "a", name="toy")
+    write_test_policy(tmp_path / "b", name="toy", version="2")
+    repository = ModelRepository(tmp_path)
+    result = repository.reload()
+    assert len(result.loaded) == 1 and "duplicate" in result.failed[0].error
+
+
+def test_repository_removed_directory_stops_new_episodes(tmp_path: Path) -> None:
+    directory = write_test_policy(tmp_path / "toy")
+    repository = ModelRepository(tmp_path)
+    repository.reload()
+    (directory / "model.json").unlink()
+    result = repository.reload()
+    assert [ref.name for ref in result.removed] == ["toy"]
+    with pytest.raises(ModelNotFoundError):
+        repository.current("toy")
+    assert repository.pinned("toy", "1").card.name == "toy"

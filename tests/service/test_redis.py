@@ -1,0 +1,87 @@
+"""Several app instances over one Redis serve an episode interchangeably."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.config import Settings
+from service.main import create_app
+
+pytestmark = pytest.mark.redis
+
+OBSERVATIONS = [[0.1 * t, -0.2, 0.3 + 0.05 * t] for t in range(8)]
+START = {"model": "toy", "target_reward": 50.0, "target_cost": 10.0, "seed": 11}
+
+
+def step_body(t: int) -> dict[str, Any]:
+    return {"observation": OBSERVATIONS[t], "reward": 1.0, "cost": 0.5, "step": t}
+
+
+def run_on(clients: list[TestClient]) -> list[list[float]]:
+    """One episode whose calls rotate over `clients`."""
+    started = clients[0].post("/v1/episodes", json=START | {"observation": OBSERVATIONS[0]})
+    episode_id, actions = started.json()["episode_id"], [started.json()["action"]]
+    for t in range(1, len(OBSERVATIONS)):
+        client = clients[t % len(clients)]
+        reply = client.post(f"/v1/episodes/{episode_id}/step", json=step_body(t))
+        assert reply.status_code == 200, reply.text
+        actions.append(reply.json()["action"])
+    return actions
+
+
+def test_redis_episode_alternating_instances_matches_one_instance(
+    redis_settings: Settings,
+) -> None:
+    with (
+        TestClient(create_app(redis_settings)) as first,
+        TestClient(create_app(redis_settings)) as second,
+    ):
+        assert run_on([first, second]) == run_on([first])
+
+
+def test_redis_episode_survives_an_app_restart(redis_settings: Settings) -> None:
+    with TestClient(create_app(redis_settings)) as client:
+        started = client.post("/v1/episodes", json=START | {"observation": OBSERVATIONS[0]})
+        episode_id = started.json()["episode_id"]
+        client.post(f"/v1/episodes/{episode_id}/step", json=step_body(1))
+    with TestClient(create_app(redis_settings)) as restarted:
+        reply = restarted.post(f"/v1/episodes/{episode_id}/step", json=step_body(2))
+        assert reply.status_code == 200 and reply.json()["step"] == 2
+        state = restarted.get(f"/v1/episodes/{episode_id}").json()
+        assert (state["total_reward"], state["total_cost"]) == (2.0, 1.0)
+
+
+def test_redis_retry_on_another_instance_returns_the_same_action(
+    redis_settings: Settings,
+) -> None:
+    with (
+        TestClient(create_app(redis_settings)) as first,
+        TestClient(create_app(redis_settings)) as second,
+    ):
+        started = first.post("/v1/episodes", json=START | {"observation": OBSERVATIONS[0]})
+        path = f"/v1/episodes/{started.json()['episode_id']}/step"
+        reply = first.post(path, json=step_body(1)).json()
+        assert second.post(path, json=step_body(1)).json() == reply
+
+
+def test_redis_ended_episode_is_gone_on_every_instance(redis_settings: Settings) -> None:
+    with (
+        TestClient(create_app(redis_settings)) as first,
+        TestClient(create_app(redis_settings)) as second,
+    ):
+        started = first.post("/v1/episodes", json=START | {"observation": OBSERVATIONS[0]})
+        episode_id = started.json()["episode_id"]
+        assert second.delete(f"/v1/episodes/{episode_id}").status_code == 200
+        assert first.get(f"/v1/episodes/{episode_id}").status_code == 410
+        assert second.get("/readyz").status_code == 200
+
+
+def test_redis_unreachable_store_returns_503(settings: Settings) -> None:
+    down = settings.model_copy(update={"redis_url": "redis://127.0.0.1:1/0"})
+    with TestClient(create_app(down)) as client:
+        assert client.get("/readyz").status_code == 503
+        response = client.post("/v1/episodes", json=START | {"observation": OBSERVATIONS[0]})
+        assert response.status_code == 503 and response.json()["code"] == "store_unavailable"
