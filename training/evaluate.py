@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from service.context import EpisodeContext, sample_action, stack_windows
 from service.policy import Policy, read_card
+from training.card_update import record_evaluation
 
 logger = logging.getLogger(__name__)
 
@@ -289,6 +290,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--deterministic", action="store_true", help="use the mean action")
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument("--out", type=Path, help="directory for evaluation.json / .md")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="also store the result in the model card's `evaluation`",
+    )
     return parser
 
 
@@ -318,9 +324,13 @@ def main(argv: list[str] | None = None) -> None:
     print(markdown)
     out = args.out or args.model_dir / "evaluation"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "evaluation.json").write_text(json.dumps(result, indent=2))
-    (out / "evaluation.md").write_text(markdown)
-    print(f"written: {out / 'evaluation.json'}, {out / 'evaluation.md'}")
+    stem = out / f"evaluation_{args.convention}"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
+    stem.with_suffix(".md").write_text(markdown)
+    print(f"written: {stem}.json, {stem}.md")
+    if args.record:
+        key = "benchmark" if args.convention == "benchmark" else f"kappa_{args.target_cost:g}"
+        record_evaluation(args.model_dir, key, result)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from service.policy import read_card
+from training.card_update import record_sweep
 from training.evaluate import RolloutSpec, episode_seeds, evaluate_policy_dir, run_parallel
 
 logger = logging.getLogger(__name__)
@@ -161,6 +162,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--change-step", type=int, default=60)
     parser.add_argument("--out", type=Path, help="default: MODEL_DIR/evaluation")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="store the cost curve and validated budget range in the card",
+    )
     args = parser.parse_args(argv)
     card = read_card(args.model_dir).model_dump()
     r_max = float((card.get("dataset") or {}).get("reward_return_max", 100.0))
@@ -188,6 +194,8 @@ def main(argv: list[str] | None = None) -> None:
     plot_budget_change(study, out / "budget_change.png")
     result = {"zero_shot": zero_shot, "conflicting": conflict, "budget_change": study}
     (out / "sweeps.json").write_text(json.dumps(result, indent=2))
+    if args.record:
+        record_sweep(args.model_dir, zero_shot)
     print(f"written: {out}/sweeps.json and three PNG plots")
 
 

@@ -1,0 +1,34 @@
+"""Model-card updates: evaluation results, cost curve and validated budget range."""
+
+import json
+from pathlib import Path
+
+from training.card_update import record_evaluation, record_sweep, validated_cost_range
+
+
+def _curve(pairs: list[tuple[float, float]]) -> list[dict[str, float]]:
+    return [{"target_cost": t, "actual_cost": a} for t, a in pairs]
+
+
+def test_validated_cost_range_is_the_widest_honoured_run() -> None:
+    curve = _curve([(0, 1.0), (5, 6.0), (10, 8.0), (20, 15.0), (40, 30.0), (60, 70.0)])
+    assert validated_cost_range(curve) == [10, 40]
+
+
+def test_validated_cost_range_none_when_never_honoured() -> None:
+    assert validated_cost_range(_curve([(5, 9.0), (10, 12.0)])) is None
+
+
+def test_record_functions_rewrite_the_card(tmp_path: Path) -> None:
+    (tmp_path / "model.json").write_text(json.dumps({"name": "m", "evaluation": None}))
+    record_evaluation(tmp_path, "kappa_10", {"safe": True})
+    rows = [
+        {"target_cost": 10.0, "cost_mean": 7.0, "cost_std": 1.0, "reward_mean": 400.0},
+        {"target_cost": 20.0, "cost_mean": 15.0, "cost_std": 2.0, "reward_mean": 450.0},
+    ]
+    record_sweep(tmp_path, rows)
+    card = json.loads((tmp_path / "model.json").read_text())
+    assert card["evaluation"] == {"kappa_10": {"safe": True}}
+    assert card["validated_cost_range"] == [10.0, 20.0]
+    assert card["cost_curve"][1]["actual_cost"] == 15.0
+    assert card["name"] == "m"

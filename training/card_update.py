@@ -1,0 +1,74 @@
+"""Write measured results into an exported policy's model card (`model.json`).
+
+The card is what the service shows users: `evaluation` holds the measured scores, `cost_curve`
+the target-cost -> actual-cost curve of the zero-shot sweep, and `validated_cost_range` the
+targets at which the measured cost stayed within the target (the service warns outside it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+CARD_FILE = "model.json"
+
+
+def _rewrite_card(model_dir: Path, update: dict[str, Any]) -> None:
+    path = Path(model_dir) / CARD_FILE
+    card = json.loads(path.read_text())
+    card.update(update)
+    temporary = path.with_name(f".{CARD_FILE}.tmp")
+    temporary.write_text(json.dumps(card, indent=2))
+    os.replace(temporary, path)
+
+
+def record_evaluation(model_dir: Path, key: str, result: dict[str, Any]) -> None:
+    """Store one evaluation result under `evaluation[key]` (e.g. "kappa_10")."""
+    card = json.loads((Path(model_dir) / CARD_FILE).read_text())
+    evaluation = card.get("evaluation") or {}
+    evaluation[key] = result
+    _rewrite_card(model_dir, {"evaluation": evaluation})
+
+
+def validated_cost_range(curve: list[dict[str, float]]) -> list[float] | None:
+    """The widest contiguous run of positive targets whose measured cost stayed <= target.
+
+    A target of 0 is excluded: no measured mean cost of a stochastic policy is exactly 0, and a
+    range must say where the policy honours its budget.
+    """
+    points = sorted((p for p in curve if p["target_cost"] > 0), key=lambda p: p["target_cost"])
+    best: list[float] | None = None
+    start: float | None = None
+    for index, point in enumerate(points):
+        honoured = point["actual_cost"] <= point["target_cost"]
+        if honoured and start is None:
+            start = point["target_cost"]
+        if start is not None and (not honoured or index == len(points) - 1):
+            end = point["target_cost"] if honoured else points[index - 1]["target_cost"]
+            if best is None or end - start > best[1] - best[0]:
+                best = [start, end]
+            start = None
+    return best
+
+
+def record_sweep(model_dir: Path, zero_shot_rows: list[dict[str, Any]]) -> None:
+    """Store the zero-shot cost curve and the validated budget range it implies."""
+    curve = [
+        {
+            "target_cost": row["target_cost"],
+            "actual_cost": row["cost_mean"],
+            "actual_cost_std": row["cost_std"],
+            "reward": row["reward_mean"],
+        }
+        for row in zero_shot_rows
+    ]
+    _rewrite_card(
+        model_dir, {"cost_curve": curve, "validated_cost_range": validated_cost_range(curve)}
+    )
+
+
+def record_default_targets(model_dir: Path, targets: list[dict[str, float]]) -> None:
+    """Store the (reward, cost) target pairs users should start from."""
+    _rewrite_card(model_dir, {"default_targets": targets})
