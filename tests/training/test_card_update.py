@@ -3,7 +3,14 @@
 import json
 from pathlib import Path
 
-from training.card_update import record_evaluation, record_sweep, validated_cost_range
+import numpy as np
+
+from training.card_update import (
+    derive_default_targets,
+    record_evaluation,
+    record_sweep,
+    validated_cost_range,
+)
 
 
 def _curve(pairs: list[tuple[float, float]]) -> list[dict[str, float]]:
@@ -32,3 +39,10 @@ def test_record_functions_rewrite_the_card(tmp_path: Path) -> None:
     assert card["validated_cost_range"] == [10.0, 20.0]
     assert card["cost_curve"][1]["actual_cost"] == 15.0
     assert card["name"] == "m"
+
+
+def test_derive_default_targets_sits_above_the_pareto_frontier() -> None:
+    costs = np.array([0.0, 5.0, 15.0, 30.0])
+    rewards = np.array([100.0, 200.0, 300.0, 600.0])  # range 500: +50 above PF
+    targets = derive_default_targets(costs, rewards, (10.0, 20.0))
+    assert targets == [{"reward": 250.0, "cost": 10.0}, {"reward": 350.0, "cost": 20.0}]

@@ -62,5 +62,7 @@ def test_budget_change_study_records_per_step_costs(ballrun_policy: Path) -> Non
         episodes=2,
         workers=1,
     )
-    assert len(study["mean_step_costs"]) == 100
+    assert len(study["mean_step_costs"]) == len(study["control_mean_step_costs"]) == 100
     assert study["total_cost_mean"] == pytest.approx(sum(study["mean_step_costs"]))
+    # Same seeds: identical episodes until the change.
+    assert study["mean_step_costs"][:50] == study["control_mean_step_costs"][:50]
