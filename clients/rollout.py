@@ -210,6 +210,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of `cdt rollout`."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
     args = _parser().parse_args(argv)
     config = RolloutConfig(
         server=args.server,
