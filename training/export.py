@@ -1,0 +1,223 @@
+"""`cdt export CHECKPOINT --out models/NAME/`: the ONNX policy plus its model card.
+
+The graph follows docs/ARTIFACT.md: raw env-unit inputs, a fixed context length K with a padding
+mask, a dynamic batch axis, and (action_mean, action_log_std) for the newest step in env units.
+`OnnxPolicy` owns the pre- and post-processing (state normalisation, action scaling, return
+scaling, time-step clamping), so the service never re-implements it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import sys
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import onnx
+import torch
+import tyro
+from torch import nn
+
+from training.checkpoint import git_commit, load_checkpoint
+from training.data import NormalisationStats
+from training.model import ConstrainedDecisionTransformer, ModelConfig
+
+logger = logging.getLogger(__name__)
+INPUT_NAMES = ["states", "actions", "returns_to_go", "costs_to_go", "time_steps", "padding_mask"]
+OUTPUT_NAMES = ["action_mean", "action_log_std"]
+ONNX_OPSET = 18
+
+
+class OnnxPolicy(nn.Module):
+    """Raw env-unit windows in, the newest step's action distribution (env units) out."""
+
+    state_mean: torch.Tensor  # [state_dim]
+    state_std: torch.Tensor  # [state_dim]
+    action_center: torch.Tensor  # [action_dim]
+    action_half_range: torch.Tensor  # [action_dim]
+
+    def __init__(self, model: ConstrainedDecisionTransformer, stats: NormalisationStats) -> None:
+        super().__init__()
+        self.model = model.eval()
+        low = torch.tensor(stats.action_low, dtype=torch.float32)
+        high = torch.tensor(stats.action_high, dtype=torch.float32)
+        self.register_buffer("state_mean", torch.tensor(stats.state_mean, dtype=torch.float32))
+        self.register_buffer("state_std", torch.tensor(stats.state_std, dtype=torch.float32))
+        self.register_buffer("action_center", (high + low) / 2)
+        self.register_buffer("action_half_range", (high - low) / 2)
+        self.reward_scale = float(stats.reward_scale)
+        self.cost_scale = float(stats.cost_scale)
+        self.max_time_step = int(stats.max_episode_len) - 1
+        self.eval()
+
+    def forward(
+        self,
+        states: torch.Tensor,
+        actions: torch.Tensor,
+        returns_to_go: torch.Tensor,
+        costs_to_go: torch.Tensor,
+        time_steps: torch.Tensor,
+        padding_mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Shapes as in docs/ARTIFACT.md; returns ([B, act_dim], [B, act_dim])."""
+        real = (~padding_mask).unsqueeze(-1)  # [batch, seq_len, 1]
+        # Padding positions are zeroed so that whatever the caller put there cannot leak in.
+        states = torch.where(real, (states - self.state_mean) / self.state_std, 0.0)
+        actions = torch.where(real, (actions - self.action_center) / self.action_half_range, 0.0)
+        returns_to_go = torch.where(real[..., 0], returns_to_go * self.reward_scale, 0.0)
+        costs_to_go = torch.where(real[..., 0], costs_to_go * self.cost_scale, 0.0)
+        time_steps = time_steps.clamp(0, self.max_time_step)
+        output = self.model(
+            states, actions, returns_to_go, costs_to_go, time_steps, padding_mask, newest_only=True
+        )
+        mean = output.action_mean[:, -1]  # [batch, action_dim], in [-1, 1]
+        log_std = output.action_log_std[:, -1]
+        mean = mean * self.action_half_range + self.action_center
+        return mean, log_std + torch.log(self.action_half_range)
+
+
+def policy_from_checkpoint(checkpoint: dict[str, Any]) -> OnnxPolicy:
+    """Rebuild the trained network from a checkpoint dict and wrap it."""
+    model = ConstrainedDecisionTransformer(ModelConfig(**checkpoint["model_config"]))
+    model.load_state_dict(checkpoint["model"])
+    return OnnxPolicy(model, NormalisationStats(**checkpoint["stats"])).eval()
+
+
+def example_inputs(policy: OnnxPolicy, batch_size: int = 2) -> tuple[torch.Tensor, ...]:
+    """A full (unpadded) window per row, used to trace the graph."""
+    config = policy.model.config
+    seq_len = config.seq_len
+    return (
+        torch.zeros(batch_size, seq_len, config.state_dim),
+        torch.zeros(batch_size, seq_len, config.action_dim),
+        torch.zeros(batch_size, seq_len),
+        torch.zeros(batch_size, seq_len),
+        torch.arange(seq_len).repeat(batch_size, 1),
+        torch.zeros(batch_size, seq_len, dtype=torch.bool),
+    )
+
+
+def _export_program(policy: OnnxPolicy, dynamic_shapes: dict[str, Any], opset: int) -> Any:
+    return torch.onnx.export(
+        policy,
+        example_inputs(policy),
+        input_names=INPUT_NAMES,
+        output_names=OUTPUT_NAMES,
+        opset_version=opset,
+        dynamic_shapes=dynamic_shapes,
+        dynamo=True,
+        external_data=False,
+        verbose=False,
+    )
+
+
+def export_onnx(policy: OnnxPolicy, path: Path, opset: int = ONNX_OPSET) -> Path:
+    """Export with a dynamic batch axis (fixed K), check the graph, write it atomically."""
+    batch = torch.export.Dim("batch", min=1, max=65536)
+    dynamic_shapes = {name: {0: batch} for name in INPUT_NAMES}
+    with warnings.catch_warnings():
+        # Every input shares the one batch Dim, and the exporter says so once per input.
+        warnings.filterwarnings("ignore", message=".*axis name: batch will not be used")
+        # torch's own exporter internals use a pytree API that torch itself deprecates.
+        warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+        program = _export_program(policy, dynamic_shapes, opset)
+    if program is None:
+        raise RuntimeError("torch.onnx.export returned no program")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".onnx.tmp")
+    os.close(handle)
+    try:
+        program.save(temporary)
+        onnx.checker.check_model(temporary, full_check=True)
+        os.chmod(temporary, 0o644)  # mkstemp creates 0600
+        os.replace(temporary, path)
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+    return path
+
+
+def model_card(
+    checkpoint: dict[str, Any], name: str, version: str | None, opset: int
+) -> dict[str, Any]:
+    """The sidecar JSON described in docs/ARTIFACT.md."""
+    stats, config = checkpoint["stats"], checkpoint["config"]
+    model_config = checkpoint["model_config"]
+    dataset = dict(checkpoint["dataset"])
+    now = dt.datetime.now(dt.UTC)
+    targets = config.get("eval_targets") or [
+        [dataset["reward_return_max"], limit] for limit in (10.0, 20.0, 40.0)
+    ]
+    return {
+        "name": name,
+        "version": version or f"{now:%Y-%m-%d}.{checkpoint['step']}",
+        "algo": config["algo"],
+        "task": dataset.pop("task"),
+        "observation_dim": model_config["state_dim"],
+        "action_dim": model_config["action_dim"],
+        "action_low": stats["action_low"],
+        "action_high": stats["action_high"],
+        "context_len": model_config["seq_len"],
+        "max_episode_len": stats["max_episode_len"],
+        "reward_scale": stats["reward_scale"],
+        "cost_scale": stats["cost_scale"],
+        "deterministic": not model_config["stochastic"],
+        "onnx_opset": opset,
+        "git_commit": dataset.pop("git_commit", None) or git_commit(),
+        "created_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "training_step": checkpoint["step"],
+        "dataset": dataset,
+        "default_targets": [{"reward": reward, "cost": cost} for reward, cost in targets],
+        "cost_curve": None,
+        "validated_cost_range": None,
+        "training_config": config,
+        "evaluation": checkpoint.get("evaluation"),
+    }
+
+
+def export_checkpoint(
+    checkpoint_path: Path, out_dir: Path, name: str | None = None, version: str | None = None
+) -> Path:
+    """Write `out_dir/model.onnx` and `out_dir/model.json`; returns out_dir."""
+    checkpoint = load_checkpoint(checkpoint_path)
+    policy = policy_from_checkpoint(checkpoint)
+    export_onnx(policy, out_dir / "model.onnx")
+    card = model_card(checkpoint, name or out_dir.resolve().name, version, ONNX_OPSET)
+    card_text = json.dumps(card, indent=2, allow_nan=False) + "\n"
+    temporary = out_dir / ".model.json.tmp"
+    temporary.write_text(card_text)
+    os.replace(temporary, out_dir / "model.json")
+    return out_dir
+
+
+@dataclass(frozen=True)
+class ExportArgs:
+    """Export a training checkpoint as an ONNX policy with its model card."""
+
+    checkpoint: Annotated[Path, tyro.conf.Positional]
+    """Checkpoint written by `cdt train` (e.g. runs/NAME/last.pt or best.pt)."""
+    out: Path
+    """Output folder, e.g. models/cdt-carrun/ (created if missing)."""
+    name: str | None = None
+    """Model name in the card; defaults to the output folder's name."""
+    version: str | None = None
+    """Version string in the card; defaults to `<date>.<training step>`."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`cdt export CHECKPOINT --out models/NAME/`."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("training").setLevel(logging.INFO)
+    logging.getLogger("onnxscript").setLevel(logging.ERROR)  # harmless constant-folding notes
+    args = tyro.cli(ExportArgs, args=sys.argv[1:] if argv is None else argv, prog="cdt export")
+    out_dir = export_checkpoint(args.checkpoint, args.out, args.name, args.version)
+    print(f"exported: {out_dir / 'model.onnx'} and {out_dir / 'model.json'}")
+
+
+if __name__ == "__main__":
+    main()
