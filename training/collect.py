@@ -174,7 +174,7 @@ def _save_raw_epoch(run_path: Path, epoch: int, episodes: list[Episode], thresho
         return
     arrays = {key: np.concatenate([getattr(e, key) for e in episodes]) for key in REQUIRED_KEYS}
     temporary = raw / f".epoch_{epoch:04d}.tmp.npz"
-    np.savez_compressed(temporary, threshold=threshold, **arrays)
+    np.savez_compressed(temporary, threshold=np.float64(threshold), **arrays)  # type: ignore[arg-type]
     os.replace(temporary, raw / f"epoch_{epoch:04d}.npz")
 
 
@@ -190,47 +190,75 @@ def load_raw_episodes(run_path: Path) -> tuple[list[Episode], list[int]]:
     return episodes, epochs
 
 
+@dataclass
+class _Learner:
+    """Everything one collection run updates from epoch to epoch."""
+
+    model: ActorCritic
+    optimiser: torch.optim.Optimizer
+    normaliser: RunningNormaliser
+    pid: PidLagrangian
+    first_epoch: int
+
+
+def _make_learner(config: CollectConfig, observation_dim: int, action_dim: int) -> _Learner:
+    """A fresh learner, or the one saved in the run directory (resume)."""
+    model = ActorCritic(observation_dim, action_dim)
+    optimiser = torch.optim.Adam(model.parameters(), lr=PpoSettings().learning_rate)
+    normaliser = RunningNormaliser(observation_dim)
+    state_path = config.run_path / "learner.pt"
+    if not state_path.exists():
+        pid = PidLagrangian(config.k_p, config.k_i, config.k_d)
+        return _Learner(model, optimiser, normaliser, pid, 0)
+    pid, first_epoch = _restore(state_path, model, optimiser, normaliser)
+    logger.info("resuming %s at epoch %d", config.run_path, first_epoch)
+    return _Learner(model, optimiser, normaliser, pid, first_epoch)
+
+
 def learn(config: CollectConfig) -> None:
     """Run (or resume) PPO-Lagrangian, keeping every finished episode as raw data."""
     epochs, steps_per_epoch, eps1, eps2, n1, n2 = config.schedule()
-    run_path = config.run_path
-    run_path.mkdir(parents=True, exist_ok=True)
-    (run_path / "config.json").write_text(json.dumps(dataclasses.asdict(config), default=str))
+    config.run_path.mkdir(parents=True, exist_ok=True)
+    (config.run_path / "config.json").write_text(
+        json.dumps(dataclasses.asdict(config), default=str)
+    )
     torch.manual_seed(config.seed)
     # The networks are tiny: extra intra-op threads only fight the simulator for the cores.
     torch.set_num_threads(1)
     envs = make_envs(config.task, config.num_envs)
-    observation_dim = envs[0].observation_space.shape[0]
-    action_dim = envs[0].action_space.shape[0]
-    model = ActorCritic(observation_dim, action_dim)
-    settings = PpoSettings()
-    optimiser = torch.optim.Adam(model.parameters(), lr=settings.learning_rate)
-    normaliser = RunningNormaliser(observation_dim)
-    pid, first_epoch = PidLagrangian(config.k_p, config.k_i, config.k_d), 0
-    state_path = run_path / "learner.pt"
-    if state_path.exists():
-        pid, first_epoch = _restore(state_path, model, optimiser, normaliser)
-        logger.info("resuming %s at epoch %d", run_path, first_epoch)
-    recorder = EpisodeRecorder(envs, seed=config.seed * 10_000 + first_epoch)
+    observation_space, action_space = envs[0].observation_space, envs[0].action_space
+    observation_dim = int(np.prod(observation_space.shape or (1,)))
+    learner = _make_learner(config, observation_dim, int(np.prod(action_space.shape or (1,))))
+    recorder = EpisodeRecorder(envs, seed=config.seed * 10_000 + learner.first_epoch)
     progress = tqdm(
-        range(first_epoch, epochs),
+        range(learner.first_epoch, epochs),
         desc=f"collect {config.task}",
         unit="epoch",
-        initial=first_epoch,
+        initial=learner.first_epoch,
         total=epochs,
     )
     for epoch in progress:
         started = time.perf_counter()
         threshold = cost_threshold(epoch, eps1, eps2, n1, n2)
         result = collect_epoch(
-            recorder, model, normaliser, steps_per_epoch, config.gamma, config.gae_lambda
+            recorder,
+            learner.model,
+            learner.normaliser,
+            steps_per_epoch,
+            config.gamma,
+            config.gae_lambda,
         )
-        mean_cost = result.mean_cost if result.episodes else pid.previous_cost
-        multiplier = pid.update(mean_cost, threshold)
+        mean_cost = result.mean_cost if result.episodes else learner.pid.previous_cost
+        multiplier = learner.pid.update(mean_cost, threshold)
         generator = torch.Generator().manual_seed(config.seed * 10_000 + epoch)
-        ppo_update(model, optimiser, result.batch, multiplier, settings, generator)
-        _save_raw_epoch(run_path, epoch, result.episodes, threshold)
-        _atomic_torch_save(_learner_state(model, optimiser, pid, normaliser, epoch), state_path)
+        ppo_update(
+            learner.model, learner.optimiser, result.batch, multiplier, PpoSettings(), generator
+        )
+        _save_raw_epoch(config.run_path, epoch, result.episodes, threshold)
+        state = _learner_state(
+            learner.model, learner.optimiser, learner.pid, learner.normaliser, epoch
+        )
+        _atomic_torch_save(state, config.run_path / "learner.pt")
         progress.set_postfix(
             threshold=f"{threshold:.1f}",
             reward=f"{result.mean_reward:.1f}",

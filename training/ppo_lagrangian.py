@@ -7,6 +7,7 @@ PID Lagrangian Methods") whose cost threshold the collector raises over training
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -74,14 +75,28 @@ class ActorCritic(nn.Module):
         critics = [*self.reward_critic.parameters(), *self.cost_critic.parameters()]
         return [actor, critics]
 
-    def distribution(self, observations: torch.Tensor) -> torch.distributions.Normal:
+    def policy(self, observations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Mean and log-std of the Gaussian policy, each [N, act_dim]."""
         mean = self.actor_mean(observations)
-        return torch.distributions.Normal(mean, self.actor_log_std.exp().expand_as(mean))
+        return mean, self.actor_log_std.expand_as(mean)
 
     def values(self, observations: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.reward_critic(observations).squeeze(-1), self.cost_critic(observations).squeeze(
             -1
         )
+
+
+def gaussian_log_prob(
+    mean: torch.Tensor, log_std: torch.Tensor, actions: torch.Tensor
+) -> torch.Tensor:
+    """Log-density of a diagonal Gaussian, summed over the action axis: [N, act_dim] -> [N]."""
+    z = (actions - mean) / log_std.exp()
+    return (-0.5 * z**2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+
+def gaussian_entropy(log_std: torch.Tensor) -> torch.Tensor:
+    """Entropy of a diagonal Gaussian, summed over the action axis: [N, act_dim] -> [N]."""
+    return (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
 
 
 class RunningNormaliser:
@@ -177,8 +192,8 @@ def ppo_update(
         order = torch.randperm(size, generator=generator)
         for start in range(0, size, settings.minibatch_size):
             index = order[start : start + settings.minibatch_size]
-            distribution = model.distribution(batch.observations[index])
-            log_probs = distribution.log_prob(batch.actions[index]).sum(-1)
+            mean, log_std = model.policy(batch.observations[index])
+            log_probs = gaussian_log_prob(mean, log_std, batch.actions[index])
             ratio = (log_probs - batch.log_probs[index]).exp()
             clipped = ratio.clamp(1 - settings.clip_ratio, 1 + settings.clip_ratio)
             policy_loss = -torch.min(ratio * advantages[index], clipped * advantages[index]).mean()
@@ -186,10 +201,10 @@ def ppo_update(
             value_loss = ((reward_values - batch.reward_returns[index]) ** 2).mean() + (
                 (cost_values - batch.cost_returns[index]) ** 2
             ).mean()
-            entropy = distribution.entropy().sum(-1).mean()
+            entropy = gaussian_entropy(log_std).mean()
             loss = policy_loss + 0.5 * value_loss - settings.entropy_coefficient * entropy
             optimiser.zero_grad()
-            loss.backward()
+            torch.autograd.backward(loss)
             # Clip actor and critics apart: the critics' large return-scale gradients
             # would otherwise shrink the policy step through a shared norm.
             for group in model.parameter_groups():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -14,11 +15,12 @@ from training.ppo_lagrangian import (
     ActorCritic,
     RolloutBatch,
     RunningNormaliser,
+    gaussian_log_prob,
     generalised_advantages,
 )
 
 
-def make_envs(task: str, count: int) -> list[gym.Env]:
+def make_envs(task: str, count: int) -> list[gym.Env[Any, Any]]:
     """Create `count` instances of a gymnasium task (Bullet-Safety-Gym ids are registered)."""
     return [make_env(task) for _ in range(count)]
 
@@ -50,17 +52,20 @@ class _EpisodeBuffer:
 class EpisodeRecorder:
     """Live envs, their current observations and the episodes they are in the middle of."""
 
-    def __init__(self, envs: list[gym.Env], seed: int) -> None:
+    def __init__(self, envs: list[gym.Env[Any, Any]], seed: int) -> None:
         seed_simulator(seed)
         self.envs = envs
         self.buffers = [_EpisodeBuffer() for _ in envs]
         self.observations = np.stack(
             [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
         ).astype(np.float64)
-        self.low = envs[0].action_space.low
-        self.high = envs[0].action_space.high
+        action_space = envs[0].action_space
+        assert isinstance(action_space, gym.spaces.Box), "the collector needs a Box action space"
+        self.low, self.high = action_space.low, action_space.high
 
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[Episode]]:
         """Step every env with (clipped) actions; finished episodes are returned and reset.
 
         Returns:
@@ -131,9 +136,9 @@ def collect_epoch(
         raw_seen.append(recorder.observations.copy())
         normalised = torch.as_tensor(normaliser(recorder.observations), dtype=torch.float32)
         with torch.no_grad():
-            distribution = model.distribution(normalised)
-            sampled = distribution.sample()
-            log_probs[t] = distribution.log_prob(sampled).sum(-1).numpy()
+            mean, log_std = model.policy(normalised)
+            sampled = mean + log_std.exp() * torch.randn_like(mean)
+            log_probs[t] = gaussian_log_prob(mean, log_std, sampled).numpy()
             values[:, t] = torch.stack(model.values(normalised)).numpy()
         observations[t], actions[t] = normalised.numpy(), sampled.numpy()
         rewards[t], costs[t], terminated, dones[t], following, finished = recorder.step(
