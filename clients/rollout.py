@@ -21,12 +21,10 @@ import numpy as np
 from tqdm import tqdm
 
 from clients.client import PolicyClient, PolicyClientError
+from clients.scores import normalised_cost, normalised_reward
 from service.schemas import ModelPublic
 
 logger = logging.getLogger(__name__)
-
-COST_EPSILON = 0.1
-"""Normalised cost is C / (kappa + eps), as in `cdt evaluate`."""
 
 
 @dataclass(frozen=True)
@@ -87,10 +85,10 @@ def _normalised(
     model: ModelPublic, reward: float, cost: float, kappa: float
 ) -> tuple[float | None, float]:
     reward_range = model.reward_return_range
-    normalised_reward = None
+    scaled = None
     if reward_range is not None and reward_range[1] > reward_range[0]:
-        normalised_reward = (reward - reward_range[0]) / (reward_range[1] - reward_range[0]) * 100
-    return normalised_reward, cost / (kappa + COST_EPSILON)
+        scaled = normalised_reward(reward, reward_range)
+    return scaled, normalised_cost(cost, kappa)
 
 
 def run_episode(

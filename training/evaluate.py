@@ -21,14 +21,13 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from clients.scores import normalised_cost, normalised_reward
 from service.context import EpisodeContext, sample_action, stack_windows
 from service.policy import Policy, read_card
 from training.card_update import record_evaluation
 
 logger = logging.getLogger(__name__)
 
-COST_EPSILON = 0.1
-"""Added to kappa in the normalised cost C / (kappa + eps) so that kappa = 0 stays defined."""
 BENCHMARK_THRESHOLDS = (10.0, 20.0, 40.0)
 
 
@@ -122,8 +121,7 @@ def normalised_scores(
     reward: np.ndarray, cost: np.ndarray, reward_range: tuple[float, float], kappa: float
 ) -> tuple[np.ndarray, np.ndarray]:
     """Paper section 5: reward (R - r_min) / (r_max - r_min) * 100 and cost C / (kappa + eps)."""
-    low, high = reward_range
-    return (reward - low) / max(high - low, 1e-8) * 100.0, cost / (kappa + COST_EPSILON)
+    return normalised_reward(reward, reward_range), normalised_cost(cost, kappa)
 
 
 def run_parallel(specs: list[RolloutSpec], workers: int, label: str) -> list[EpisodeResult]:

@@ -1,0 +1,24 @@
+"""Normalised scores (paper section 5), shared by `cdt rollout` and `cdt evaluate`."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+COST_EPSILON = 0.1
+"""Added to kappa in the normalised cost C / (kappa + eps) so that kappa = 0 stays defined."""
+
+Score = TypeVar("Score", float, npt.NDArray[np.float64])
+
+
+def normalised_reward(reward: Score, reward_range: tuple[float, float]) -> Score:
+    """100 (R - r_min) / (r_max - r_min) over the dataset's reward returns."""
+    low, high = reward_range
+    return (reward - low) / max(high - low, 1e-8) * 100.0
+
+
+def normalised_cost(cost: Score, kappa: float) -> Score:
+    """C / (kappa + eps); safe means <= 1."""
+    return cost / (kappa + COST_EPSILON)
