@@ -40,6 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="micro-batch concurrent forward passes (off by default: it did not pay on 2 cores)",
     )
     parser.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
+    parser.add_argument(
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="log every request (off by default: one line per step floods the log; "
+        "/metrics counts requests)",
+    )
     return parser
 
 
@@ -72,6 +79,7 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
         workers=args.workers,
         log_level=args.log_level,
+        access_log=args.access_log,
         ws_max_size=settings.max_body_bytes,
     )
 
