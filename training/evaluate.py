@@ -204,7 +204,7 @@ def evaluate_policy_dir(
     card = read_card(Path(model_dir))
     card_data = card.model_dump()
     if target_reward is None:
-        target_reward = _default_reward(card_data, target_cost)
+        target_reward = default_target_reward(card_data, target_cost)
     specs = [
         RolloutSpec(
             str(model_dir), task or card.task, target_reward, target_cost, chunk, deterministic
@@ -226,7 +226,8 @@ def evaluate_policy_dir(
     }
 
 
-def _default_reward(card_data: dict[str, Any], target_cost: float) -> float:
+def default_target_reward(card_data: dict[str, Any], target_cost: float) -> float:
+    """The card's default target reward at the cost closest to `target_cost`."""
     targets = card_data.get("default_targets") or []
     if targets:
         closest = min(targets, key=lambda t: abs(float(t["cost"]) - target_cost))

@@ -262,25 +262,18 @@ def short_task(task: str) -> str:
     return task.removeprefix("Safety").rsplit("-v", 1)[0]
 
 
-def _target_reward(card: dict[str, Any], cost_limit: float) -> float:
-    """The card's default target reward at the cost closest to `cost_limit`."""
-    targets = card.get("default_targets") or []
-    if targets:
-        closest = min(targets, key=lambda target: abs(float(target["cost"]) - cost_limit))
-        return float(closest["reward"])
-    return float((card.get("dataset") or {}).get("reward_return_max", 0.0))
-
-
 def _evaluate_dir(
     model_dir: Path, config: ReportConfig, evaluate: EvaluateFunction
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(card, evaluation result) of one exported model."""
+    from training.evaluate import default_target_reward
+
     card = json.loads((model_dir / "model.json").read_text())
     result = evaluate(
         model_dir=model_dir,
         episodes=config.episodes,
         seeds=config.eval_seeds,
-        target_reward=_target_reward(card, config.cost_limit),
+        target_reward=default_target_reward(card, config.cost_limit),
         target_cost=config.cost_limit,
     )
     return card, result

@@ -13,7 +13,6 @@ import dataclasses
 import datetime
 import json
 import os
-import subprocess
 import warnings
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,8 @@ from training.baselines import DETERMINISTIC_ALGORITHMS
 from training.baselines.data import Normaliser
 from training.baselines.networks import DETERMINISTIC_LOG_STD
 from training.baselines.trainer import TrainedBaseline
+from training.checkpoint import git_commit
+from training.data import dataset_summary
 from training.dataset import OfflineDataset
 
 ONNX_OPSET = 17
@@ -137,35 +138,11 @@ def export_onnx(
     return path
 
 
-def git_commit() -> str:
-    """Short hash of HEAD, or "unknown" outside a git checkout."""
-    try:
-        result = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return result.stdout.strip()
-
-
-def _dataset_summary(dataset: OfflineDataset, path: Path) -> dict[str, Any]:
-    rewards, costs = dataset.reward_returns, dataset.cost_returns
-    return {
-        "path": str(path),
-        "episodes": len(dataset.episodes),
-        "transitions": dataset.transitions,
-        "reward_return_min": float(rewards.min()),
-        "reward_return_max": float(rewards.max()),
-        "cost_return_min": float(costs.min()),
-        "cost_return_max": float(costs.max()),
-    }
-
-
 def build_card(trained: TrainedBaseline, dataset: OfflineDataset, name: str) -> dict[str, Any]:
     """The model card: the contract's required keys plus data, training and provenance."""
     config, normaliser = trained.config, trained.normaliser
     now = datetime.datetime.now(datetime.UTC)
-    summary = _dataset_summary(dataset, config.dataset)
+    summary = dataset_summary(config.dataset, dataset)
     conditioned = config.algo == "mt-bc"
     return {
         "name": name,
@@ -181,7 +158,7 @@ def build_card(trained: TrainedBaseline, dataset: OfflineDataset, name: str) -> 
         "reward_scale": 1.0,
         "cost_scale": 1.0 / normaliser.cost_normaliser if conditioned else 1.0,
         "onnx_opset": ONNX_OPSET,
-        "git_commit": git_commit(),
+        "git_commit": git_commit() or "unknown",
         "created_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "dataset": summary,
         "default_targets": [{"reward": summary["reward_return_max"], "cost": config.cost_limit}],
