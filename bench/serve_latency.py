@@ -8,6 +8,10 @@ drives it over websocket (`websockets`) and REST (a minimal keep-alive HTTP/1.1 
 load generator's own CPU use stays small on a 2-core machine) at 1 and 64 concurrent episodes,
 and prints p50/p99 per-step latency and steps/s. Every loop is bounded; the server is stopped at
 the end. The load generator shares the cores with the server: figures are end-to-end.
+
+It also measures the transport floor: the same websocket client against `echo_app`, a bare ASGI
+echo under the same uvicorn, so no model and no service code. Echo p50 + raw p50 is the least a
+served step can cost here, and the report prints it next to the 1.3x goal.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ Run = Callable[[str, Any, int, int], Coroutine[Any, Any, Sample]]  # (url, card,
 PERM = [0, 2, 1, 3]  # [B, T, heads, d] <-> [B, heads, T, d]
 RAW = "raw onnxruntime call"
 IN_PROCESS = "service.step, in process"
+ECHO = "websocket echo (no model)"
+ECHO_APP = "bench.serve_latency:echo_app"
 CONCURRENT = 64
 
 
@@ -222,16 +228,31 @@ def measure_in_process(models_dir: Path, card: Any, steps: int) -> Sample:
     return latencies, time.perf_counter() - started
 
 
+async def echo_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """A bare ASGI websocket echo (and a `/readyz`): the transport floor, nothing else."""
+    if scope["type"] == "http":
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+    elif scope["type"] == "websocket":
+        await receive()  # websocket.connect
+        await send({"type": "websocket.accept"})
+        while (message := await receive())["type"] == "websocket.receive":
+            await send({"type": "websocket.send", "text": message.get("text")})
+
+
 @contextlib.contextmanager
-def running_server(models_dir: Path, batching: bool) -> Iterator[str]:
+def running_server(
+    models_dir: Path, batching: bool, app: str = "service.main:create_app"
+) -> Iterator[str]:
     """Run uvicorn in a subprocess on a free port; yields its URL once `/readyz` answers."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {**os.environ, "CDT_MODELS_DIR": str(models_dir), "CDT_BATCHING": str(batching).lower()}
     env.pop("CDT_REDIS_URL", None)
-    command = [sys.executable, "-m", "uvicorn", "service.main:create_app", "--factory"]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--log-level", "warning"]
+    command += ["--lifespan", "off"] if app == ECHO_APP else ["--factory"]
     server = subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parents[1])
     url = f"http://127.0.0.1:{port}"
     try:
@@ -288,6 +309,23 @@ async def websocket_episodes(url: str, card: Any, episodes: int, steps: int) -> 
     return await drive(episodes, episode)
 
 
+async def websocket_echoes(url: str, card: Any, episodes: int, steps: int) -> Sample:
+    """The websocket loop of `websocket_episodes` against `echo_app`: a step frame and back."""
+    from websockets.asyncio.client import connect
+
+    async def episode(seed: int, latencies: list[float]) -> None:
+        async with connect(url.replace("http", "ws") + "/v1/stream", compression=None) as ws:
+            for t in range(1, steps + 1):
+                frame = json.dumps({"type": "step", "episode_id": "e" * 32, **step_body(card, t)})
+                sent = time.perf_counter()
+                await ws.send(frame)
+                reply = json.loads(await ws.recv())
+                latencies.append(time.perf_counter() - sent)
+                assert reply["type"] == "step", reply
+
+    return await drive(episodes, episode)
+
+
 async def http_call(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str, body: dict[str, Any]
 ) -> dict[str, Any]:
@@ -330,8 +368,10 @@ def report(rows: dict[tuple[str, int], Sample]) -> None:
         print(f"{name:<32} {episodes:>8} {p50:>8.3f} {p99:>8.3f} {rate:>9.0f}")
     raw_p50 = np.percentile(rows[(RAW, 1)][0], 50)
     raw_rate = max(len(lat) / sec for (name, _), (lat, sec) in rows.items() if name == RAW)
+    floor = raw_p50 + np.percentile(rows[(ECHO, 1)][0], 50)
+    print(f"floor: echo p50 + raw p50 = {floor * 1e3:.3f} ms = {floor / raw_p50:.2f}x the raw call")
     for (name, episodes), (latencies, seconds) in rows.items():
-        if name.startswith("websocket") and episodes == 1:
+        if name.startswith("websocket") and name != ECHO and episodes == 1:
             ratio = np.percentile(latencies, 50) / raw_p50
             print(f"goal <= 1.3x: {name} p50 at 1 episode = {ratio:.2f}x the raw call")
         if episodes == CONCURRENT:
@@ -387,6 +427,8 @@ def main(argv: list[str] | None = None) -> None:
             (IN_PROCESS, 1, functools.partial(measure_in_process, models_dir, card, args.steps)),
         ]
         steps = (args.steps, args.steps_concurrent)
+        echo_url = servers.enter_context(running_server(models_dir, False, ECHO_APP))
+        plan.append((ECHO, 1, as_job(websocket_echoes, echo_url, card, 1, args.steps)))
         for batching in (False, True) if args.compare_batching else (False,):
             url = servers.enter_context(running_server(models_dir, batching))
             plan += plan_server(url, card, "batching" if batching else "no batching", steps)

@@ -2,8 +2,8 @@
 
 Every mutation works on a copy of the episode's context and is written back with one
 compare-and-set, so a request that fails at any point (bad input, model error, store conflict)
-leaves the episode exactly as it was. Calls block (onnxruntime, Redis): run them in a worker
-thread (sync routes or `run_in_threadpool`).
+leaves the episode exactly as it was. Calls block (onnxruntime, Redis): the routes go through
+`EpisodeService.run`, which hands them to a worker thread unless they cannot wait on anything.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
+from starlette.concurrency import run_in_threadpool
 
 from service.batching import MicroBatcher, Outputs
 from service.config import Settings
@@ -42,9 +43,10 @@ from service.schemas import (
     StepRequest,
     StepResponse,
 )
-from service.sessions import EpisodeRecord, SessionStore
+from service.sessions import EpisodeRecord, InMemorySessionStore, SessionStore
 
 logger = logging.getLogger(__name__)
+Result = TypeVar("Result")
 
 
 class EpisodeService:
@@ -63,6 +65,18 @@ class EpisodeService:
         self.settings = settings
         self._batchers: dict[tuple[str, str], MicroBatcher] = {}
         self._batchers_lock = threading.Lock()
+
+    @property
+    def inline(self) -> bool:
+        """True when calls never wait on I/O or on other requests, so the event loop runs them."""
+        in_memory = isinstance(self.store, InMemorySessionStore)
+        return self.settings.inline_steps and in_memory and not self.settings.batching
+
+    async def run(self, function: Callable[..., Result], *args: Any) -> Result:
+        """Call one of this service's methods from async code: inline or in a worker thread."""
+        if self.inline:
+            return function(*args)
+        return await run_in_threadpool(function, *args)
 
     @contextmanager
     def timed(self, transport: str, kind: str) -> Iterator[None]:

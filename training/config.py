@@ -19,14 +19,16 @@ PresetName = Literal["cpu", "paper"]
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Train CDT (or DT-Cost) on an offline safe-RL dataset in the DSRL HDF5 layout."""
+    """Train CDT (or DT-Cost, or unconstrained DT) on an offline dataset in the DSRL HDF5 layout."""
 
     dataset: Path = Path("datasets/SafetyCarRun-v0.hdf5")
     """HDF5 dataset (DSRL layout); its `env_id` attribute names the env used for evaluation."""
     preset: PresetName = "cpu"
     """Named defaults: `cpu` (trains on 2 CPU cores in minutes) or `paper` (the paper's table)."""
-    algo: Literal["cdt", "dt-cost"] = "cdt"
-    """`cdt`, or `dt-cost`: plain DT with a cost token (MSE head, no augmentation, no extras)."""
+    algo: Literal["cdt", "dt-cost", "dt"] = "cdt"
+    """`cdt`; `dt-cost`: plain DT with a cost token (MSE head, no augmentation, no extras); `dt`:
+    unconstrained DT, i.e. DT-Cost with its cost-to-go input held at zero, so the policy cannot
+    see the cost budget (the epsilon-reducible study)."""
     out_dir: Path = Path("runs")
     """Parent folder of run directories."""
     run_name: str | None = None
@@ -161,7 +163,13 @@ class TrainConfig:
 
     @property
     def is_dt_cost(self) -> bool:
-        return self.algo == "dt-cost"
+        """DT-Cost or unconstrained DT: the plain DT recipe, none of CDT's additions."""
+        return self.algo in ("dt-cost", "dt")
+
+    @property
+    def cost_conditioned(self) -> bool:
+        """Does the policy read the cost-to-go? Not for unconstrained DT."""
+        return self.algo != "dt"
 
     @property
     def stochastic(self) -> bool:

@@ -44,6 +44,7 @@ class ModelConfig:
     log_std_max: float = 2.0
     cost_prediction: bool = True
     cost_to_go_offset: float | None = None
+    cost_conditioned: bool = True  # False: the cost-to-go input is ignored (unconstrained DT)
     fused_attention: bool = True
     skip_unread_outputs: bool = True  # last block computes only the tokens that are read (exact)
     fast_dropout: bool = True  # dropout masks from 16-bit random numbers (see `dropout`)
@@ -351,7 +352,9 @@ class ConstrainedDecisionTransformer(nn.Module):
     ) -> torch.Tensor:
         """Token embeddings plus timestep embedding, normalised: [batch, seq_len * 4, emb]."""
         batch_size, seq_len = time_steps.shape
-        if self.config.cost_to_go_offset is not None:
+        if not self.config.cost_conditioned:
+            costs_to_go = torch.zeros_like(costs_to_go)  # the token then carries time only
+        elif self.config.cost_to_go_offset is not None:
             # OSRL feeds (constant - CTG); an affine reparametrisation of the cost embedding.
             costs_to_go = self.config.cost_to_go_offset - costs_to_go
         time = self.timestep_embedding(time_steps)

@@ -262,13 +262,31 @@ def short_task(task: str) -> str:
     return task.removeprefix("Safety").rsplit("-v", 1)[0]
 
 
+REPORT_EVALUATION = "report_evaluation.json"
+
+
 def _evaluate_dir(
     model_dir: Path, config: ReportConfig, evaluate: EvaluateFunction
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(card, evaluation result) of one exported model."""
+    """(card, evaluation result) of one exported model.
+
+    The result is kept beside the model, so a rerun with `--reuse` after an interruption skips
+    the evaluations already done with the same episodes, seeds and cost limit.
+    """
     from training.evaluate import default_target_reward
 
     card = json.loads((model_dir / "model.json").read_text())
+    settings = {
+        "episodes": config.episodes,
+        "seeds": config.eval_seeds,
+        "target_cost": config.cost_limit,
+        "card_created_at": card.get("created_at"),
+    }
+    saved_path = model_dir / REPORT_EVALUATION
+    if config.reuse and saved_path.is_file():
+        saved = json.loads(saved_path.read_text())
+        if saved.get("settings") == settings:
+            return card, saved["result"]
     result = evaluate(
         model_dir=model_dir,
         episodes=config.episodes,
@@ -276,6 +294,8 @@ def _evaluate_dir(
         target_reward=default_target_reward(card, config.cost_limit),
         target_cost=config.cost_limit,
     )
+    payload = json.dumps({"settings": settings, "result": result}, default=float)
+    saved_path.write_text(payload + "\n")
     return card, result
 
 
@@ -346,6 +366,17 @@ def _default_evaluate() -> EvaluateFunction:
     return evaluate_policy_dir
 
 
+def grid_train_seconds(config: ReportConfig, results: Sequence[RunResult]) -> float:
+    """Training wall time summed over the grid's model cards (earlier `--reuse` runs included)."""
+    total = 0.0
+    for result in results:
+        card_path = config.models_dir / result.task / f"{result.algo}-s{result.seed}" / "model.json"
+        if result.algo in config.algorithms and card_path.is_file():
+            training = json.loads(card_path.read_text()).get("training") or {}
+            total += float(training.get("train_seconds", 0.0))
+    return total
+
+
 def write_report(
     config: ReportConfig, results: Sequence[RunResult], command: str, seconds: float
 ) -> tuple[Path, Path]:
@@ -362,6 +393,7 @@ def write_report(
         "compute": {
             "wall_seconds": round(seconds, 1),
             "train_steps_per_run": config.train.steps,
+            "train_seconds_total": round(grid_train_seconds(config, results), 1),
             "batch_size": config.train.batch_size,
             "device": config.train.device,
             "cpu_count": os.cpu_count(),

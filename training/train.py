@@ -105,6 +105,7 @@ def build_model(
         log_std_max=config.log_std_max,
         cost_prediction=config.effective_cost_prediction_weight > 0,
         cost_to_go_offset=config.cost_to_go_offset,
+        cost_conditioned=config.cost_conditioned,
         fused_attention=config.fused_attention,
         skip_unread_outputs=config.skip_unread_outputs,
         fast_dropout=config.fast_dropout,

@@ -20,7 +20,6 @@ from typing import Any
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect, status
 from pydantic import BaseModel, ValidationError
-from starlette.concurrency import run_in_threadpool
 
 from service.deps import EpisodeServiceDep, token_accepted, websocket_token
 from service.episodes import EpisodeService
@@ -88,7 +87,7 @@ async def handle_frame(frame: str | bytes, service: EpisodeService) -> tuple[Bas
         field, detail = describe_validation_error(invalid.errors())
         return _error(422, "validation_error", detail, field), status.WS_1008_POLICY_VIOLATION
     try:
-        return await run_in_threadpool(dispatch, message, service), None
+        return await service.run(dispatch, message, service), None
     except ServiceError as refused:
         service.metrics.errors.labels(refused.code).inc()
         error = _error(refused.status_code, refused.code, refused.detail, refused.field)
@@ -98,7 +97,7 @@ async def handle_frame(frame: str | bytes, service: EpisodeService) -> tuple[Bas
 
 
 def dispatch(message: Inbound, service: EpisodeService) -> BaseModel:
-    """Run one validated frame against the episode service (blocking: call in a thread)."""
+    """Run one validated frame against the episode service (blocking: see `EpisodeService.run`)."""
     request_id = message.request_id
     if isinstance(message, StreamStart):
         with service.timed("ws", "start"):

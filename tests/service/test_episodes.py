@@ -250,3 +250,24 @@ def test_get_episode_reports_state_and_totals(client: TestClient) -> None:
     assert state["seed"] == 9 and state["step"] == 1
     assert (state["total_reward"], state["total_cost"]) == (2.0, 1.0)
     assert state["expires_at"] > state["created_at"]
+
+
+def test_inline_and_threaded_calls_serve_the_same_episode(settings: Settings) -> None:
+    runs = []
+    for inline_steps in (True, False):
+        app = create_app(settings.model_copy(update={"inline_steps": inline_steps}))
+        with TestClient(app) as client:
+            assert app.state.service.inline is inline_steps
+            actions = run(client, seed=11)
+            with client.websocket_connect("/v1/stream") as ws:
+                frame = {"type": "start", "model": "toy", "target_reward": 50.0, "seed": 11}
+                ws.send_json(frame | {"target_cost": 10.0, "observation": OBSERVATION})
+                streamed = ws.receive_json()["action"]
+            runs.append((actions, streamed))
+    assert runs[0] == runs[1]
+    assert runs[0][1] == runs[0][0][0]
+
+
+def test_calls_leave_the_event_loop_when_they_may_wait(settings: Settings) -> None:
+    with TestClient(create_app(settings.model_copy(update={"batching": True}))) as client:
+        assert client.app.state.service.inline is False  # type: ignore[attr-defined]

@@ -39,6 +39,7 @@ def test_redis_episode_alternating_instances_matches_one_instance(
         TestClient(create_app(redis_settings)) as first,
         TestClient(create_app(redis_settings)) as second,
     ):
+        assert first.app.state.service.inline is False  # type: ignore[attr-defined]  # Redis waits
         assert run_on([first, second]) == run_on([first])
 
 

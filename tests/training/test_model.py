@@ -115,6 +115,15 @@ def test_cost_transform_is_applied_to_costs_to_go():
     torch.testing.assert_close(transformed, plain)
 
 
+def test_unconstrained_dt_ignores_the_cost_budget():
+    inputs = make_inputs()
+    other_budget = {**inputs, "costs_to_go": inputs["costs_to_go"] + 3.0}
+    blind = make_model(cost_conditioned=False)
+    torch.testing.assert_close(blind(**inputs).action_mean, blind(**other_budget).action_mean)
+    seeing = make_model()
+    assert not torch.allclose(seeing(**inputs).action_mean, seeing(**other_budget).action_mean)
+
+
 def test_deterministic_head_reports_a_constant_log_std():
     output = make_model(stochastic=False)(**make_inputs())
     assert torch.all(output.action_log_std == DETERMINISTIC_LOG_STD)

@@ -138,5 +138,16 @@ def test_main_runs_the_grid_and_writes_both_tables(tmp_path: Path) -> None:
     assert payload["table"]["cdt"]["TinyTask"]["cost"] == pytest.approx(0.75)
     assert payload["table"]["bc-safe"]["TinyTask"]["safe"] is True
     assert payload["table"]["bcq-lag"]["TinyTask"]["safe"] is False
+    cards = [
+        tmp_path / "grid" / "TinyTask" / f"{algo}-s0" / "model.json"
+        for algo in ("bc-safe", "bcq-lag")
+    ]
+    seconds = [json.loads(card.read_text())["training"]["train_seconds"] for card in cards]
+    assert payload["compute"]["train_seconds_total"] == pytest.approx(sum(seconds), abs=0.1)
     markdown = (tmp_path / "reports" / "table1.md").read_text()
     assert "| CDT | **80.0** ★ | **0.75** |" in markdown
+    calls.clear()  # a rerun with --reuse trains and evaluates nothing again
+    main([*argv, "--reuse"], evaluate=_fake_evaluate(calls))
+    assert calls == []
+    rerun = json.loads((tmp_path / "reports" / "table1.json").read_text())
+    assert rerun["table"] == payload["table"]

@@ -55,6 +55,7 @@ def test_resume_reproduces_an_uninterrupted_run(dataset_path: Path, tmp_path: Pa
     "overrides",
     [
         {"algo": "dt-cost"},
+        {"algo": "dt"},
         {"deterministic": True},
         {"entropy": False},
         {"augment": False, "cost_weighted_sampling": False},
@@ -67,6 +68,7 @@ def test_ablations_train(dataset_path: Path, tmp_path: Path, overrides: dict[str
     payload = load_checkpoint(path)
     config = TrainConfig.from_json_dict(payload["config"])
     assert payload["model_config"]["stochastic"] == config.stochastic
+    assert payload["model_config"]["cost_conditioned"] == config.cost_conditioned
     assert ("temperature" in payload) == (config.stochastic and config.entropy and
                                           config.learn_temperature)  # fmt: skip
 
@@ -92,7 +94,9 @@ def test_parse_config_applies_presets_and_ablation_flags():
     assert not config.augment and not config.entropy and config.deterministic
     assert config.batch_size == 8 and config.update_steps == 100_000
     dt_cost = parse_config(["--algo", "dt-cost"])
-    assert not dt_cost.stochastic and not dt_cost.uses_augmentation
+    assert not dt_cost.stochastic and not dt_cost.uses_augmentation and dt_cost.cost_conditioned
+    dt = parse_config(["--algo", "dt"])
+    assert not dt.stochastic and not dt.uses_augmentation and not dt.cost_conditioned
 
 
 def test_config_json_round_trip():

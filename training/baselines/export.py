@@ -165,7 +165,11 @@ def build_card(trained: TrainedBaseline, dataset: OfflineDataset, name: str) -> 
         "cost_limit": config.cost_limit,
         "deterministic": config.algo in DETERMINISTIC_ALGORITHMS,
         "training_config": json.loads(json.dumps(dataclasses.asdict(config), default=str)),
-        "training": {"episodes_used": trained.episodes_used, "history": trained.history[-5:]},
+        "training": {
+            "episodes_used": trained.episodes_used,
+            "train_seconds": round(trained.train_seconds, 1),
+            "history": trained.history[-5:],
+        },
         "evaluation": None,
     }
 

@@ -9,6 +9,7 @@ or (mean, None) for a deterministic policy.
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,6 +69,8 @@ class TrainedBaseline:
     episodes_used: int
     history: list[dict[str, float]]
     """mean statistics of each `log_every` window of steps."""
+    train_seconds: float
+    """wall-clock time of the gradient steps (the compute budget the report states)."""
 
     @property
     def observation_dim(self) -> int:
@@ -108,6 +111,7 @@ def train_with(
     data = TransitionData(episodes, normaliser, config)
     episode_len = config.episode_len or max(episode.length for episode in dataset.episodes)
     learner = factory(TrainingContext(config=config, data=data, episode_len=episode_len))
+    started = time.perf_counter()
     history = fit(learner, data, config)
     return TrainedBaseline(
         config=config,
@@ -116,6 +120,7 @@ def train_with(
         episode_len=episode_len,
         episodes_used=len(episodes),
         history=history,
+        train_seconds=time.perf_counter() - started,
     )
 
 
