@@ -1,19 +1,23 @@
 """Micro-batching: coalesce concurrent episodes' forward passes into one onnxruntime call.
 
-Off by default (`Settings.batching`), because it did not pay on the 2-core CPU this project
-targets. bench/serve_latency.py --compare-batching (CDT-sized graph: K=10, 3 layers, width 128;
-machine shared with other jobs) measured, against one forward pass per request:
-- 64 concurrent episodes: +11% to +26% steps/s (max wait 0 ms and 1 ms), lower p99;
-- 1 episode: p50 latency +11% (0 ms: the extra thread hand-off) to +120% (1 ms wait).
-The graph is compute-bound on CPU, so a batch of 16 costs only ~25% less per episode than 16
-single passes, and the forward pass is under half of a served step's CPU (request handling,
-JSON, validation and thread hand-offs are the rest): batching cannot close the gap to the raw
-call, and it costs latency at low load. Enable it (CDT_BATCHING=true, CDT_BATCH_MAX_WAIT_MS)
-for throughput-bound deployments with many concurrent episodes, bigger models or more cores.
+Two batchers, one per way the service runs episode calls (`EpisodeService.inline`):
+
+- `LoopBatcher`, always on for the inline path (in-memory store, the default): requests woken
+  in the same event-loop turn share one forward pass, and nothing waits for company. Measured
+  with bench/serve_latency.py on cdt-ballrun (2-core CPU, load generator on the same cores):
+  64 websocket episodes went from ~1,300 to ~2,650 steps/s; one episode's p50 did not move.
+- `MicroBatcher`, opt-in (`Settings.batching`) for the threadpool path (Redis store, or
+  `inline_steps` off): a worker thread collects windows for up to `batch_max_wait_ms`. On the
+  2-core CPU it gained +11% to +26% steps/s at 64 episodes and cost +11% to +120% p50 latency at
+  one episode (CDT-sized graph, K=10, 3 layers, width 128), so it stays off by default.
+
+The graph is compute-bound on CPU (a batch of 32 costs ~40% less per window than single
+passes), so batching pays mostly by amortising per-call overhead and cache warm-up.
 """
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 import time
@@ -112,5 +116,54 @@ class MicroBatcher:
         finally:
             for pending in batch:
                 pending.done.set()
+        if self._on_batch is not None:
+            self._on_batch(len(batch))
+
+
+class LoopBatcher:
+    """Batches the forward passes that requests on one event loop ask for in the same turn.
+
+    Nothing waits for company: the first window of a turn schedules one flush with
+    `call_soon`, which runs after every request the loop already woke (a burst of frames
+    from many sockets) has queued its window. One episode alone pays one loop turn (~µs).
+    The forward pass runs on the loop thread: use it only where nothing else would block.
+    """
+
+    def __init__(
+        self,
+        predict: BatchPredict,
+        *,
+        max_size: int,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> None:
+        self._predict = predict
+        self._max_size = max_size
+        self._on_batch = on_batch
+        self._waiting: list[tuple[Window, asyncio.Future[Outputs]]] = []
+
+    async def predict_one(self, window: Window) -> Outputs:
+        """Forward pass for one window (no batch axis); returns `[action_dim]` mean and log std."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Outputs] = loop.create_future()
+        self._waiting.append((window, future))
+        if len(self._waiting) == 1:
+            loop.call_soon(self._flush)
+        return await future
+
+    def _flush(self) -> None:
+        batch, self._waiting = self._waiting[: self._max_size], self._waiting[self._max_size :]
+        if self._waiting:
+            asyncio.get_running_loop().call_soon(self._flush)
+        try:
+            windows = {name: np.stack([w[name] for w, _ in batch]) for name in WINDOW_NAMES}
+            mean, log_std = self._predict(windows)  # [B, action_dim] each
+        except Exception as error:  # every waiting request re-raises it
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        for row, (_, future) in enumerate(batch):
+            if not future.done():  # its request may have been cancelled (client gone)
+                future.set_result((mean[row], log_std[row]))
         if self._on_batch is not None:
             self._on_batch(len(batch))

@@ -45,14 +45,14 @@ class Settings(BaseSettings):
     """onnxruntime threads across independent graph branches (sequential executor: 1)."""
     inline_steps: bool = True
     """Run episode calls on the event loop when nothing in them can wait (in-memory store, no
-    micro-batching). The thread hand-off cost ~0.1 ms a step against a ~0.25 ms forward pass on
-    the 2-core CPU; turn it off on many-core machines to run one worker's concurrent forward
-    passes on several cores (or run more workers with Redis)."""
+    thread micro-batching), batching the forward passes of each loop turn (`LoopBatcher`). A
+    thread hand-off cost ~0.1 ms a step against a ~0.25 ms forward pass on the 2-core CPU."""
     batching: bool = False
-    """Micro-batch concurrent episodes' forward passes. Off by default: on the 2-core CPU it
-    gained 11-26% throughput at 64 episodes but cost 11-120% p50 latency at 1 (batching.py)."""
+    """Thread micro-batching (`MicroBatcher`) for calls that run in the threadpool (Redis store,
+    or `inline_steps` off). Off by default: on the 2-core CPU it gained 11-26% throughput at 64
+    episodes but cost 11-120% p50 latency at 1. Inline calls are always batched per loop turn."""
     batch_max_size: PositiveInt = 32
-    """Largest micro-batch."""
+    """Largest micro-batch (both batchers)."""
     batch_max_wait_ms: float = Field(default=1.0, ge=0.0, le=100.0)
     """How long the first request of a micro-batch waits for company."""
 

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 from starlette.concurrency import run_in_threadpool
 
-from service.batching import MicroBatcher, Outputs
+from service.batching import LoopBatcher, MicroBatcher, Outputs
 from service.config import Settings
 from service.context import EpisodeContext, sample_action
 from service.errors import (
@@ -65,6 +65,7 @@ class EpisodeService:
         self.settings = settings
         self._batchers: dict[tuple[str, str], MicroBatcher] = {}
         self._batchers_lock = threading.Lock()
+        self._loop_batchers: dict[tuple[str, str], LoopBatcher] = {}  # event-loop thread only
 
     @property
     def inline(self) -> bool:
@@ -87,6 +88,42 @@ class EpisodeService:
 
     def start(self, request: EpisodeCreate) -> StepResponse:
         """Open an episode on the current version of `request.model` and return action 0."""
+        policy, context, seed = self._open(request)
+        context.record_action(self._act(policy, context, request.deterministic))
+        return self._create(policy, context, request, seed)
+
+    async def start_async(self, request: EpisodeCreate) -> StepResponse:
+        """`start` from async code: on the loop, its forward pass batched with the turn's others."""
+        if not self.inline:
+            return await run_in_threadpool(self.start, request)
+        policy, context, seed = self._open(request)
+        outputs = await self._forward_async(policy, context.window())
+        context.record_action(self._sample(policy, context, request.deterministic, outputs))
+        return self._create(policy, context, request, seed)
+
+    def step(self, episode_id: str, request: StepRequest) -> StepResponse:
+        """Subtract the env's reward and cost, append the observation, return the next action."""
+        prepared = self._prepare_step(episode_id, request)
+        if isinstance(prepared, StepResponse):
+            return prepared
+        record, policy, context = prepared
+        context.record_action(self._act(policy, context, record.deterministic))
+        return self._commit_step(record, policy, context)
+
+    async def step_async(self, episode_id: str, request: StepRequest) -> StepResponse:
+        """`step` from async code: on the loop, its forward pass batched with the turn's others."""
+        if not self.inline:
+            return await run_in_threadpool(self.step, episode_id, request)
+        prepared = self._prepare_step(episode_id, request)
+        if isinstance(prepared, StepResponse):
+            return prepared
+        record, policy, context = prepared
+        outputs = await self._forward_async(policy, context.window())
+        context.record_action(self._sample(policy, context, record.deterministic, outputs))
+        return self._commit_step(record, policy, context)
+
+    def _open(self, request: EpisodeCreate) -> tuple[Policy, EpisodeContext, int]:
+        """The policy, new context and seed of a `start` request, before its first action."""
         policy = self.repository.current(request.model)
         _check_observation(request.observation, policy)
         seed = request.seed if request.seed is not None else secrets.randbelow(MAX_SEED + 1)
@@ -98,7 +135,12 @@ class EpisodeService:
             action_dim=policy.card.action_dim,
             seed=seed,
         )
-        context.record_action(self._act(policy, context, request.deterministic))
+        return policy, context, seed
+
+    def _create(
+        self, policy: Policy, context: EpisodeContext, request: EpisodeCreate, seed: int
+    ) -> StepResponse:
+        """Store a started episode (its first action recorded) and answer with that action."""
         now = time.time()
         record = EpisodeRecord(
             episode_id=uuid.uuid4().hex,
@@ -113,8 +155,10 @@ class EpisodeService:
         self.store.create(record)
         return _step_response(record, policy)
 
-    def step(self, episode_id: str, request: StepRequest) -> StepResponse:
-        """Subtract the env's reward and cost, append the observation, return the next action."""
+    def _prepare_step(
+        self, episode_id: str, request: StepRequest
+    ) -> StepResponse | tuple[EpisodeRecord, Policy, EpisodeContext]:
+        """A retry's answer, or the episode, its policy and a copy of its advanced context."""
         record = self.store.get(episode_id)
         policy = self.repository.pinned(record.model, record.model_version)
         current = record.context.step
@@ -126,7 +170,12 @@ class EpisodeService:
         _check_observation(request.observation, policy)
         context = record.context.copy()
         context.advance(request.reward, request.cost, request.observation)
-        context.record_action(self._act(policy, context, record.deterministic))
+        return record, policy, context
+
+    def _commit_step(
+        self, record: EpisodeRecord, policy: Policy, context: EpisodeContext
+    ) -> StepResponse:
+        """Write the advanced context (its action recorded) back and answer with that action."""
         updated = _next_revision(record, context)
         self.store.update(updated)
         return _step_response(updated, policy)
@@ -202,7 +251,13 @@ class EpisodeService:
 
     def _act(self, policy: Policy, context: EpisodeContext, deterministic: bool) -> Any:
         """Forward pass and sampling for the newest step; consumes the context's generator."""
-        mean, log_std = self._forward(policy, context.window())
+        return self._sample(policy, context, deterministic, self._forward(policy, context.window()))
+
+    def _sample(
+        self, policy: Policy, context: EpisodeContext, deterministic: bool, outputs: Outputs
+    ) -> Any:
+        """The action from the model's mean and log std; consumes the context's generator."""
+        mean, log_std = outputs
         if not (np.isfinite(mean).all() and np.isfinite(log_std).all()):
             raise PolicyOutputError("the model produced a non-finite action for these inputs")
         card = policy.card
@@ -217,10 +272,33 @@ class EpisodeService:
                 return self._batcher(policy).predict_one(window)
             mean, log_std = policy.predict({name: value[None] for name, value in window.items()})
         except Exception as error:  # onnxruntime raises its own types; the episode is unchanged
-            logger.exception("forward pass of %s %s failed", policy.card.name, policy.card.version)
-            raise ModelError(f"the model failed on this input: {error}") from error
+            raise self._model_error(policy, error) from error
         self.metrics.batch_size.observe(1)
         return mean[0], log_std[0]
+
+    async def _forward_async(self, policy: Policy, window: dict[str, npt.NDArray[Any]]) -> Outputs:
+        """`_forward` on the event loop, batched with the other windows of the same loop turn."""
+        try:
+            return await self._loop_batcher(policy).predict_one(window)
+        except Exception as error:
+            raise self._model_error(policy, error) from error
+
+    def _model_error(self, policy: Policy, error: Exception) -> ModelError:
+        card = policy.card
+        logger.error("forward pass of %s %s failed", card.name, card.version, exc_info=error)
+        return ModelError(f"the model failed on this input: {error}")
+
+    def _loop_batcher(self, policy: Policy) -> LoopBatcher:
+        key = (policy.card.name, policy.card.version)
+        batcher = self._loop_batchers.get(key)
+        if batcher is None:
+            batcher = LoopBatcher(
+                policy.predict,
+                max_size=self.settings.batch_max_size,
+                on_batch=self.metrics.batch_size.observe,
+            )
+            self._loop_batchers[key] = batcher
+        return batcher
 
     def _batcher(self, policy: Policy) -> MicroBatcher:
         key = (policy.card.name, policy.card.version)

@@ -1,8 +1,9 @@
 """REST routes of one episode's life: start, step, budget change, state, end.
 
-The routes are `async` and run the episode work through `EpisodeService.run`: inline when it
-cannot wait on anything, else in the threadpool. A sync route would cost a thread hand-off always
-(two, since FastAPI also validates a sync route's return value in the threadpool).
+The routes are `async` and run the episode work through `EpisodeService` (`start_async`,
+`step_async`, `run`): on the event loop when it cannot wait on anything, else in the threadpool.
+A sync route would cost a thread hand-off always (two, since FastAPI also validates a sync
+route's return value in the threadpool).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ EpisodeIdPath = Annotated[
 async def create_episode(body: EpisodeCreate, service: EpisodeServiceDep) -> StepResponse:
     """Start an episode with its first observation and targets; returns the first action."""
     with service.timed("rest", "start"):
-        return await service.run(service.start, body)
+        return await service.start_async(body)
 
 
 @router.post("/{episode_id}/step", responses=BODY_ERRORS | error_responses(409))
@@ -44,7 +45,7 @@ async def step_episode(
 ) -> StepResponse:
     """Report the env's reward, cost and next observation; returns the next action."""
     with service.timed("rest", "step"):
-        return await service.run(service.step, episode_id, body)
+        return await service.step_async(episode_id, body)
 
 
 @router.patch("/{episode_id}/budget", responses=BODY_ERRORS | error_responses(409))

@@ -87,7 +87,7 @@ async def handle_frame(frame: str | bytes, service: EpisodeService) -> tuple[Bas
         field, detail = describe_validation_error(invalid.errors())
         return _error(422, "validation_error", detail, field), status.WS_1008_POLICY_VIOLATION
     try:
-        return await service.run(dispatch, message, service), None
+        return await dispatch(message, service), None
     except ServiceError as refused:
         service.metrics.errors.labels(refused.code).inc()
         error = _error(refused.status_code, refused.code, refused.detail, refused.field)
@@ -96,21 +96,21 @@ async def handle_frame(frame: str | bytes, service: EpisodeService) -> tuple[Bas
         return error, None
 
 
-def dispatch(message: Inbound, service: EpisodeService) -> BaseModel:
-    """Run one validated frame against the episode service (blocking: see `EpisodeService.run`)."""
+async def dispatch(message: Inbound, service: EpisodeService) -> BaseModel:
+    """Run one validated frame against the episode service."""
     request_id = message.request_id
     if isinstance(message, StreamStart):
         with service.timed("ws", "start"):
-            started = service.start(message)
+            started = await service.start_async(message)
         return StreamAction.model_construct(**dict(started), request_id=request_id)
     if isinstance(message, StreamStep):
         with service.timed("ws", "step"):
-            stepped = service.step(message.episode_id, message)
+            stepped = await service.step_async(message.episode_id, message)
         return StreamAction.model_construct(**dict(stepped), request_id=request_id)
     if isinstance(message, StreamBudget):
-        state = service.update_budget(message.episode_id, message)
+        state = await service.run(service.update_budget, message.episode_id, message)
         return StreamState.model_construct(**dict(state), request_id=request_id)
-    ended = service.end(message.episode_id)
+    ended = await service.run(service.end, message.episode_id)
     return StreamEnded.model_construct(**dict(ended), request_id=request_id)
 
 

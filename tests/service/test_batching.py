@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from service.batching import MicroBatcher
+from service.batching import LoopBatcher, MicroBatcher
 from service.config import Settings
 from service.context import EpisodeContext
 from service.main import create_app
@@ -57,3 +58,38 @@ def test_batching_on_serves_the_same_actions_as_off(settings: Settings) -> None:
             stepped = client.post(path, json={"observation": [3, 2, 1], "reward": 1, "cost": 1})
             actions.append([started["action"], stepped.json()["action"]])
     np.testing.assert_allclose(actions[0], actions[1], rtol=1e-6)
+
+
+def test_loop_batcher_serves_one_turn_in_batches_of_at_most_max_size(tmp_path: Path) -> None:
+    policy = Policy.load(write_test_policy(tmp_path / "toy"))
+    sizes: list[int] = []
+    batcher = LoopBatcher(policy.predict, max_size=4, on_batch=sizes.append)
+    contexts = [
+        EpisodeContext.start([0.1 * i, 0.0, 1.0], 0.0, float(i), context_len=4, action_dim=2)
+        for i in range(10)
+    ]
+
+    async def together() -> list[Any]:
+        return await asyncio.gather(*(batcher.predict_one(c.window()) for c in contexts))
+
+    outputs = asyncio.run(together())
+    for context, (mean, _) in zip(contexts, outputs, strict=True):
+        expected, _ = policy.predict({k: v[None] for k, v in context.window().items()})
+        np.testing.assert_allclose(mean, expected[0], rtol=1e-6)
+    assert sizes == [4, 4, 2]
+
+
+def test_loop_batcher_hands_errors_to_every_request_of_the_batch() -> None:
+    def fail(windows: dict[str, Any]) -> Any:
+        raise RuntimeError("model exploded")
+
+    window = {name: np.zeros(1) for name in ("states", "actions", "returns_to_go")}
+    window |= {name: np.zeros(1) for name in ("costs_to_go", "time_steps", "padding_mask")}
+    batcher = LoopBatcher(fail, max_size=4)
+
+    async def two() -> list[Any]:
+        calls = (batcher.predict_one(window), batcher.predict_one(window))
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    errors = asyncio.run(two())
+    assert [str(error) for error in errors] == ["model exploded", "model exploded"]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import httpx
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
@@ -271,3 +274,34 @@ def test_inline_and_threaded_calls_serve_the_same_episode(settings: Settings) ->
 def test_calls_leave_the_event_loop_when_they_may_wait(settings: Settings) -> None:
     with TestClient(create_app(settings.model_copy(update={"batching": True}))) as client:
         assert client.app.state.service.inline is False  # type: ignore[attr-defined]
+
+
+def test_concurrent_steps_share_forward_passes_and_keep_their_own_actions(
+    settings: Settings,
+) -> None:
+    app = create_app(settings)
+    body = {"model": "toy", "target_reward": 50.0, "target_cost": 10.0, "observation": OBSERVATION}
+
+    async def six_episodes() -> tuple[list[list[list[float]]], float]:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+                started = await asyncio.gather(
+                    *(client.post("/v1/episodes", json=body | {"seed": seed}) for seed in range(6))
+                )
+                ids = [response.json()["episode_id"] for response in started]
+                step_body = {"observation": OBSERVATION, "reward": 1.0, "cost": 0.5}
+                stepped = await asyncio.gather(
+                    *(client.post(f"/v1/episodes/{id_}/step", json=step_body) for id_ in ids)
+                )
+            batch_count = app.state.service.metrics.batch_size.collect()[0].samples
+            passes = next(sample.value for sample in batch_count if sample.name.endswith("_count"))
+        pairs = zip(started, stepped, strict=True)
+        actions = [[first.json()["action"], second.json()["action"]] for first, second in pairs]
+        return actions, passes
+
+    together, forward_passes = asyncio.run(six_episodes())
+    assert forward_passes < 12  # 12 actions from fewer onnxruntime calls
+    with TestClient(create_app(settings)) as client:
+        for seed, actions in enumerate(together):
+            np.testing.assert_allclose(actions, run(client, seed=seed, steps=1), rtol=1e-6)
