@@ -155,7 +155,10 @@ class LoopBatcher:
         if self._waiting:
             asyncio.get_running_loop().call_soon(self._flush)
         try:
-            windows = {name: np.stack([w[name] for w, _ in batch]) for name in WINDOW_NAMES}
+            if len(batch) == 1:  # a batch axis is all one window needs
+                windows = {name: batch[0][0][name][None] for name in WINDOW_NAMES}
+            else:
+                windows = {name: np.stack([w[name] for w, _ in batch]) for name in WINDOW_NAMES}
             mean, log_std = self._predict(windows)  # [B, action_dim] each
         except Exception as error:  # every waiting request re-raises it
             for _, future in batch:

@@ -8,7 +8,7 @@ position K - 1 and padding sits at the start, as `docs/ARTIFACT.md` requires.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Self, cast
 
 import numpy as np
@@ -217,13 +217,17 @@ class EpisodeContext:
 
     def copy(self) -> EpisodeContext:
         """A deep copy (arrays and generator state), for all-or-nothing updates."""
-        return replace(
-            self,
+        return EpisodeContext(  # spelled out: dataclasses.replace costs as much as the copies
             states=self.states.copy(),
             actions=self.actions.copy(),
             returns_to_go=self.returns_to_go.copy(),
             costs_to_go=self.costs_to_go.copy(),
             time_steps=self.time_steps.copy(),
+            length=self.length,
+            target_reward=self.target_reward,
+            target_cost=self.target_cost,
+            total_reward=self.total_reward,
+            total_cost=self.total_cost,
             rng=restore_rng(self.rng.bit_generator.state),
         )
 
@@ -299,4 +303,5 @@ def sample_action(
     if not deterministic:
         noise = rng.standard_normal(action.shape)
         action = action + np.exp(np.asarray(log_std, dtype=np.float64)) * noise
-    return np.clip(action, np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64))
+    # minimum/maximum: np.clip's dispatch costs more than the arithmetic on a few values
+    return np.minimum(np.maximum(action, low), high).astype(np.float64, copy=False)

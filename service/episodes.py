@@ -260,10 +260,8 @@ class EpisodeService:
         mean, log_std = outputs
         if not (np.isfinite(mean).all() and np.isfinite(log_std).all()):
             raise PolicyOutputError("the model produced a non-finite action for these inputs")
-        card = policy.card
-        return sample_action(
-            mean, log_std, context.rng, card.action_low, card.action_high, deterministic
-        )
+        low, high = policy.action_bounds
+        return sample_action(mean, log_std, context.rng, low, high, deterministic)
 
     def _forward(self, policy: Policy, window: dict[str, npt.NDArray[Any]]) -> Outputs:
         """[action_dim] mean and log std, micro-batched when enabled."""

@@ -8,6 +8,7 @@ reaches an episode.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
@@ -179,6 +180,11 @@ class Policy:
         except Exception as error:  # onnxruntime raises its own types, all mean "broken file"
             raise PolicyLoadError(f"{directory / ONNX_FILE}: {error}") from error
         return policy
+
+    @functools.cached_property
+    def action_bounds(self) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """The card's (low, high) action bounds as float64 arrays (made once, used every step)."""
+        return np.asarray(self.card.action_low), np.asarray(self.card.action_high)
 
     @property
     def ref(self) -> ModelRef:
