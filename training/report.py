@@ -1,10 +1,14 @@
 """`cdt report`: train and evaluate an algorithm x task x seed grid, write the paper's Table 1.
 
-Each baseline is trained on each dataset with each seed (`training.baselines`), exported to
+Each algorithm is trained on each dataset with each seed, exported to
 <models_dir>/<task>/<algo>-s<seed>/, and evaluated in the simulator by
 `training.evaluate.evaluate_policy_dir(model_dir, episodes, seeds, target_reward, target_cost)`.
-Already exported models (CDT, DT, earlier runs) join the grid with `--include-existing DIR`: the
-card's `algo` and `task` place them, and its `evaluation` entry is used when it holds scores.
+Baselines train through `training.baselines`; the sequence models (`cdt`, `dt-cost`, `dt`) through
+`cdt train` with the `cpu` preset plus `--sequence-args`, exporting `best.pt` (the checkpoint
+chosen by in-env evaluation) for CDT and the last checkpoint for the DTs, which are not selected
+for safety. Already exported models (shipped CDT policies, earlier runs) join the grid with
+`--include-existing DIR`: the card's `algo` and `task` place them, and its `evaluation` entry is
+used when it holds scores.
 
 Scores are the evaluator's `normalised_reward_mean` and `normalised_cost_mean` (paper section 5:
 100 (R - R_min) / (R_max - R_min) over the dataset's return range, and C / kappa); a result
@@ -69,7 +73,7 @@ class ReportConfig:
         "cpq",
         "coptidice",
     )
-    """baselines to train (names as in `cdt train --algo`)."""
+    """algorithms to train (names as in `cdt train --algo`, the sequence models included)."""
     datasets: tuple[str, ...] = (
         "datasets/SafetyCarRun-v0.hdf5",
         "datasets/SafetyBallRun-v0.hdf5",
@@ -95,6 +99,9 @@ class ReportConfig:
     """heading of the Markdown table."""
     train: BaselineConfig = field(default_factory=BaselineConfig)
     """per-run training settings (algo, dataset, seed, out and cost limit are set by the grid)."""
+    sequence_args: str = ""
+    """extra `cdt train` flags for cdt, dt-cost and dt, in one string, given with `=`:
+    `--sequence-args="--update-steps 2000"`."""
 
 
 class RunResult(NamedTuple):
@@ -299,6 +306,9 @@ def _evaluate_dir(
     return card, result
 
 
+SEQUENCE_ALGORITHMS = ("cdt", "dt-cost", "dt")
+
+
 def _train_cell(config: ReportConfig, dataset_path: Path, label: str, algo: str, seed: int) -> Path:
     from training.baselines.registry import train_and_export
     from training.dataset import load_dataset
@@ -306,6 +316,8 @@ def _train_cell(config: ReportConfig, dataset_path: Path, label: str, algo: str,
     model_dir = config.models_dir / label / f"{algo}-s{seed}"
     if config.reuse and (model_dir / "model.json").is_file():
         return model_dir
+    if algo in SEQUENCE_ALGORITHMS:
+        return _train_sequence_cell(config, dataset_path, model_dir, algo, seed)
     run = dataclasses.replace(
         config.train,
         algo=algo,  # type: ignore[arg-type]
@@ -315,6 +327,31 @@ def _train_cell(config: ReportConfig, dataset_path: Path, label: str, algo: str,
         cost_limit=config.cost_limit,
     )
     return train_and_export(run, load_dataset(dataset_path))
+
+
+def _train_sequence_cell(
+    config: ReportConfig, dataset_path: Path, model_dir: Path, algo: str, seed: int
+) -> Path:
+    """`cdt train` + `cdt export` + default targets from the data, for one sequence model."""
+    from training.card_update import derive_default_targets, record_default_targets
+    from training.config import parse_config
+    from training.dataset import load_dataset
+    from training.export import export_checkpoint
+    from training.train import train
+
+    args = ["--dataset", str(dataset_path), "--algo", algo, "--seed", str(seed)]
+    args += ["--out-dir", str(model_dir.parent / "runs"), "--run-name", model_dir.name]
+    if algo != "cdt":
+        args += ["--eval-every", "0"]  # the unselected last checkpoint is what is exported
+    last = train(parse_config([*args, *shlex.split(config.sequence_args)]))
+    best = last.with_name("best.pt")
+    model_dir.mkdir(parents=True, exist_ok=True)
+    export_checkpoint(best if algo == "cdt" and best.is_file() else last, model_dir)
+    dataset = load_dataset(dataset_path)
+    thresholds = (config.cost_limit, 2 * config.cost_limit, 4 * config.cost_limit)
+    targets = derive_default_targets(dataset.cost_returns, dataset.reward_returns, thresholds)
+    record_default_targets(model_dir, targets)
+    return model_dir
 
 
 def _dataset_label(entry: str) -> tuple[str, Path]:

@@ -151,3 +151,25 @@ def test_main_runs_the_grid_and_writes_both_tables(tmp_path: Path) -> None:
     assert calls == []
     rerun = json.loads((tmp_path / "reports" / "table1.json").read_text())
     assert rerun["table"] == payload["table"]
+
+
+def test_grid_trains_and_exports_the_sequence_models(tmp_path: Path) -> None:
+    dataset = save_dataset(tmp_path / "tiny.hdf5", tiny_episodes(), {"env_id": "TinyTask-v0"})
+    tiny = "--embedding-dim 8 --num-layers 1 --num-heads 2 --batch-size 4 --update-steps 2"
+    tiny += " --eval-every 0 --no-tensorboard --num-threads 1 --seq-len 3"
+    argv = [
+        "--algorithms", "cdt", "dt", "--datasets", str(dataset), "--seeds", "1",
+        "--cost-limit", "4", "--episodes", "1", "--eval-seeds", "1",
+        "--models-dir", str(tmp_path / "grid"), "--out", str(tmp_path / "reports"),
+        f"--sequence-args={tiny}",
+    ]  # fmt: skip
+    calls: list[dict[str, Any]] = []
+    main(argv, evaluate=_fake_evaluate(calls))
+    assert [call["algo"] for call in calls] == ["cdt", "dt"]
+    for algo in ("cdt", "dt"):
+        card_path = tmp_path / "grid" / "TinyTask" / f"{algo}-s0" / "model.json"
+        card = json.loads(card_path.read_text())
+        assert card["algo"] == algo and card["context_len"] == 3
+        assert [target["cost"] for target in card["default_targets"]] == [4.0, 8.0, 16.0]
+    table = json.loads((tmp_path / "reports" / "table1.json").read_text())["table"]
+    assert set(table) == {"cdt", "dt"}
