@@ -112,6 +112,18 @@ class RunResult(NamedTuple):
     seed: int
     reward: float
     cost: float
+    train_steps: int | None = None
+    """gradient steps of its training run, from the model card."""
+    train_seconds: float | None = None
+    """training wall time, where the card records it."""
+
+
+def card_training(card: dict[str, Any]) -> tuple[int | None, float | None]:
+    """(gradient steps, training seconds) of a model card: baseline or sequence-model layout."""
+    config = card.get("training_config") or {}
+    steps = config.get("steps", config.get("update_steps"))
+    seconds = (card.get("training") or {}).get("train_seconds")
+    return (None if steps is None else int(steps)), seconds
 
 
 class Cell(NamedTuple):
@@ -181,8 +193,17 @@ def _format_pair(cell: Cell | None, best: bool) -> list[str]:
     return [f"**{reward}**" + (" ★" if best else ""), f"**{cost}**"]
 
 
-def render_markdown(table: Table, title: str, command: str, cost_limit: float) -> str:
-    """Table 1 layout: a reward and a cost column per task and for the average."""
+def render_markdown(
+    table: Table,
+    title: str,
+    command: str,
+    cost_limit: float,
+    steps: dict[str, list[int]] | None = None,
+) -> str:
+    """Table 1 layout: a reward and a cost column per task and for the average.
+
+    `steps`: gradient steps per algorithm (`steps_by_algorithm`), listed under the table.
+    """
     header = ["Algorithm"]
     for task in table.tasks:
         header += [f"{task} reward ↑", f"{task} cost ↓"]
@@ -203,10 +224,15 @@ def render_markdown(table: Table, title: str, command: str, cost_limit: float) -
         "training seed(s).",
         "**Bold**: safe (normalised cost <= 1). †: unsafe. ★: highest reward among the safe "
         "algorithms of that column.",
-        "",
-        f"Made by: `{command}`",
-        "",
     ]
+    if steps:
+        counts = [
+            f"{DISPLAY_NAMES.get(algo, algo)} {'/'.join(f'{n:,}' for n in steps[algo])}"
+            for algo in table.algorithms
+            if algo in steps
+        ]
+        lines.append(f"Gradient steps per training run: {'; '.join(counts)}.")
+    lines += ["", f"Made by: `{command}`", ""]
     return "\n".join(lines)
 
 
@@ -375,7 +401,7 @@ def run_grid(config: ReportConfig, evaluate: EvaluateFunction) -> list[RunResult
                 scores = normalised_scores(result, card, config.cost_limit)
                 if scores is None:
                     raise ValueError(f"{model_dir}: evaluation has no reward/cost returns")
-                results.append(RunResult(algo, label, seed, *scores))
+                results.append(RunResult(algo, label, seed, *scores, *card_training(card)))
                 logger.info("%s %s seed %d: reward %.2f cost %.2f", label, algo, seed, *scores)
     return results
 
@@ -393,7 +419,8 @@ def existing_results(config: ReportConfig, evaluate: EvaluateFunction) -> list[R
         if scores is None:
             raise ValueError(f"{model_dir}: evaluation has no reward/cost returns")
         task = label or short_task(str(card.get("task", model_dir.name)))
-        results.append(RunResult(str(card.get("algo", model_dir.name)), task, index, *scores))
+        algo = str(card.get("algo", model_dir.name))
+        results.append(RunResult(algo, task, index, *scores, *card_training(card)))
     return results
 
 
@@ -403,15 +430,13 @@ def _default_evaluate() -> EvaluateFunction:
     return evaluate_policy_dir
 
 
-def grid_train_seconds(config: ReportConfig, results: Sequence[RunResult]) -> float:
-    """Training wall time summed over the grid's model cards (earlier `--reuse` runs included)."""
-    total = 0.0
+def steps_by_algorithm(results: Sequence[RunResult]) -> dict[str, list[int]]:
+    """The distinct gradient-step counts of each algorithm's runs."""
+    steps: dict[str, set[int]] = {}
     for result in results:
-        card_path = config.models_dir / result.task / f"{result.algo}-s{result.seed}" / "model.json"
-        if result.algo in config.algorithms and card_path.is_file():
-            training = json.loads(card_path.read_text()).get("training") or {}
-            total += float(training.get("train_seconds", 0.0))
-    return total
+        if result.train_steps is not None:
+            steps.setdefault(result.algo, set()).add(result.train_steps)
+    return {algo: sorted(counts) for algo, counts in steps.items()}
 
 
 def write_report(
@@ -421,7 +446,11 @@ def write_report(
     table = build_table(results)
     config.out.mkdir(parents=True, exist_ok=True)
     markdown = config.out / "table1.md"
-    markdown.write_text(render_markdown(table, config.title, command, config.cost_limit))
+    markdown.write_text(
+        render_markdown(
+            table, config.title, command, config.cost_limit, steps_by_algorithm(results)
+        )
+    )
     payload = {
         "title": config.title,
         "command": command,
@@ -430,7 +459,8 @@ def write_report(
         "compute": {
             "wall_seconds": round(seconds, 1),
             "train_steps_per_run": config.train.steps,
-            "train_seconds_total": round(grid_train_seconds(config, results), 1),
+            "train_seconds_total": round(sum(r.train_seconds or 0.0 for r in results), 1),
+            "train_steps_by_algorithm": steps_by_algorithm(results),
             "batch_size": config.train.batch_size,
             "device": config.train.device,
             "cpu_count": os.cpu_count(),

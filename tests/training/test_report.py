@@ -144,8 +144,10 @@ def test_main_runs_the_grid_and_writes_both_tables(tmp_path: Path) -> None:
     ]
     seconds = [json.loads(card.read_text())["training"]["train_seconds"] for card in cards]
     assert payload["compute"]["train_seconds_total"] == pytest.approx(sum(seconds), abs=0.1)
+    assert payload["compute"]["train_steps_by_algorithm"] == {"bc-safe": [2], "bcq-lag": [2]}
     markdown = (tmp_path / "reports" / "table1.md").read_text()
     assert "| CDT | **80.0** ★ | **0.75** |" in markdown
+    assert "Gradient steps per training run: BC-Safe 2; BCQ-Lag 2." in markdown
     calls.clear()  # a rerun with --reuse trains and evaluates nothing again
     main([*argv, "--reuse"], evaluate=_fake_evaluate(calls))
     assert calls == []
