@@ -14,7 +14,8 @@ Scores are the evaluator's `normalised_reward_mean` and `normalised_cost_mean` (
 100 (R - R_min) / (R_max - R_min) over the dataset's return range, and C / kappa); a result
 with only raw `reward_mean` and `cost_mean` is normalised with the evaluator's own function.
 
-The tables (`table1.md`, `table1.json`) record the command that made them and the compute used.
+The tables (`<stem>.md`, `<stem>.json`, table1 by default) record the command that made them and
+the compute used.
 Rendering (`build_table`, `render_markdown`) is pure and works on hand-built `RunResult`s.
 """
 
@@ -92,7 +93,9 @@ class ReportConfig:
     models_dir: Path = Path("models/report")
     """where the grid's models are exported."""
     out: Path = Path("reports")
-    """where table1.md and table1.json are written."""
+    """where the tables are written."""
+    stem: str = "table1"
+    """file name of the tables: <out>/<stem>.md and <out>/<stem>.json."""
     reuse: bool = False
     """skip training where the model dir already holds a model card."""
     title: str = "Table 1: normalised reward and cost"
@@ -442,10 +445,10 @@ def steps_by_algorithm(results: Sequence[RunResult]) -> dict[str, list[int]]:
 def write_report(
     config: ReportConfig, results: Sequence[RunResult], command: str, seconds: float
 ) -> tuple[Path, Path]:
-    """Write table1.md and table1.json under `config.out`; returns both paths."""
+    """Write <stem>.md and <stem>.json under `config.out`; returns both paths."""
     table = build_table(results)
     config.out.mkdir(parents=True, exist_ok=True)
-    markdown = config.out / "table1.md"
+    markdown = config.out / f"{config.stem}.md"
     markdown.write_text(
         render_markdown(
             table, config.title, command, config.cost_limit, steps_by_algorithm(results)
@@ -469,7 +472,7 @@ def write_report(
         "table": table_json(table),
         "runs": [result._asdict() for result in results],
     }
-    path = config.out / "table1.json"
+    path = config.out / f"{config.stem}.json"
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return markdown, path
 
