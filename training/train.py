@@ -263,6 +263,14 @@ def _restore(state: TrainState, checkpoint: dict[str, Any]) -> None:
     state.evaluation = checkpoint.get("evaluation")
 
 
+def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Does this CPU have AMX bf16 tiles (where bf16 autocast pays)? False when unknown."""
+    try:
+        return "amx_bf16" in cpuinfo.read_text()
+    except OSError:
+        return False
+
+
 def prepare_training(config: TrainConfig) -> TrainState:
     """Load data, build model and optimisers, and restore a checkpoint when resuming."""
     config, checkpoint = _resolve_config(config)
@@ -274,6 +282,8 @@ def prepare_training(config: TrainConfig) -> TrainState:
     stats = compute_stats(dataset.episodes, dataset.attrs, config.reward_scale, config.cost_scale)
     dims = (dataset.observation_dim, dataset.action_dim)
     device = _device(config, context)
+    if config.bf16 and device.type == "cpu" and not cpu_has_amx():
+        logger.warning("--bf16 on a CPU without AMX tiles: expect training to be much slower")
     model = build_model(config, stats, dims).to(device)
     optimisers = _optimisers(config, model, dims[1], device)
     optimizer, scheduler, temperature, temperature_optimizer = optimisers
