@@ -63,9 +63,9 @@ class EpisodeService:
         self.store = store
         self.metrics = metrics
         self.settings = settings
-        self._batchers: dict[tuple[str, str], MicroBatcher] = {}
+        self._batchers: dict[tuple[str, str, str], MicroBatcher] = {}
         self._batchers_lock = threading.Lock()
-        self._loop_batchers: dict[tuple[str, str], LoopBatcher] = {}  # event-loop thread only
+        self._loop_batchers: dict[tuple[str, str, str], LoopBatcher] = {}  # event-loop thread only
 
     @property
     def inline(self) -> bool:
@@ -287,9 +287,12 @@ class EpisodeService:
         return ModelError(f"the model failed on this input: {error}")
 
     def _loop_batcher(self, policy: Policy) -> LoopBatcher:
-        key = (policy.card.name, policy.card.version)
+        key = _batcher_key(policy)
         batcher = self._loop_batchers.get(key)
         if batcher is None:
+            self._loop_batchers = {  # forget the versions a reload let go of
+                served: kept for served, kept in self._loop_batchers.items() if self._serves(served)
+            }
             batcher = LoopBatcher(
                 policy.predict,
                 max_size=self.settings.batch_max_size,
@@ -299,9 +302,11 @@ class EpisodeService:
         return batcher
 
     def _batcher(self, policy: Policy) -> MicroBatcher:
-        key = (policy.card.name, policy.card.version)
+        key = _batcher_key(policy)
         with self._batchers_lock:
             if key not in self._batchers:
+                for gone in [held for held in self._batchers if not self._serves(held)]:
+                    self._batchers.pop(gone).close()
                 self._batchers[key] = MicroBatcher(
                     policy.predict,
                     max_size=self.settings.batch_max_size,
@@ -309,6 +314,14 @@ class EpisodeService:
                     on_batch=self.metrics.batch_size.observe,
                 )
             return self._batchers[key]
+
+    def _serves(self, key: tuple[str, str, str]) -> bool:
+        return self.repository.serves(*key)
+
+
+def _batcher_key(policy: Policy) -> tuple[str, str, str]:
+    """(name, version, fingerprint): a file replaced under the same version gets a new batcher."""
+    return policy.card.name, policy.card.version, policy.fingerprint
 
 
 def _check_observation(observation: Sequence[float], policy: Policy) -> None:

@@ -283,6 +283,11 @@ class ModelRepository:
             detail = f"model {name} version {version} is no longer served on this replica"
             raise EpisodeGoneError(detail) from None
 
+    def serves(self, name: str, version: str, fingerprint: str) -> bool:
+        """Is this exact model file (name, version and content) still loaded?"""
+        policy = self._versions.get((name, version))
+        return policy is not None and policy.fingerprint == fingerprint
+
     def reload(self) -> ReloadResult:
         """Rescan `models_dir`; broken files are refused and the old version keeps serving."""
         with self._reload_lock:
