@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from service.context import WINDOW_NAMES
+from service.context import batch_windows
 
 Window = Mapping[str, npt.NDArray[Any]]
 Outputs = tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]
@@ -106,7 +106,7 @@ class MicroBatcher:
         """Run one batched forward pass and hand every episode its row."""
         try:
             # [B, K, ...] per input, one row per waiting episode
-            windows = {name: np.stack([p.window[name] for p in batch]) for name in WINDOW_NAMES}
+            windows = batch_windows([pending.window for pending in batch])
             mean, log_std = self._predict(windows)  # [B, action_dim] each
             for row, pending in enumerate(batch):
                 pending.outputs = (mean[row], log_std[row])
@@ -155,11 +155,7 @@ class LoopBatcher:
         if self._waiting:
             asyncio.get_running_loop().call_soon(self._flush)
         try:
-            if len(batch) == 1:  # a batch axis is all one window needs
-                windows = {name: batch[0][0][name][None] for name in WINDOW_NAMES}
-            else:
-                windows = {name: np.stack([w[name] for w, _ in batch]) for name in WINDOW_NAMES}
-            mean, log_std = self._predict(windows)  # [B, action_dim] each
+            mean, log_std = self._predict(batch_windows([window for window, _ in batch]))  # [B, A]
         except Exception as error:  # every waiting request re-raises it
             for _, future in batch:
                 if not future.done():

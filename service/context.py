@@ -274,7 +274,13 @@ def stack_windows(contexts: Sequence[EpisodeContext]) -> dict[str, npt.NDArray[A
         `actions [B, K, action_dim]`, `returns_to_go`, `costs_to_go`, `time_steps` and
         `padding_mask` `[B, K]`.
     """
-    windows = [context.window() for context in contexts]
+    return batch_windows([context.window() for context in contexts])
+
+
+def batch_windows(windows: Sequence[Mapping[str, npt.NDArray[Any]]]) -> dict[str, npt.NDArray[Any]]:
+    """Stack per-episode windows (no batch axis) into the six batched ONNX inputs."""
+    if len(windows) == 1:  # a batch axis is all one window needs
+        return {name: windows[0][name][None] for name in WINDOW_NAMES}
     return {name: np.stack([window[name] for window in windows]) for name in WINDOW_NAMES}
 
 
