@@ -132,6 +132,19 @@ class TrajectoryBuffer(NamedTuple):
     lengths: torch.Tensor  # [episodes] int64
     cost_returns: torch.Tensor  # [episodes] float64, raw (relabelled for augmented copies)
 
+    def rows_to(self, device: torch.device) -> TrajectoryBuffer:
+        """The per-row tensors on `device` (batches are then gathered there); the per-episode
+        ones stay on the CPU, where the sampler draws its indices from its seeded generator."""
+        return self._replace(
+            states=self.states.to(device),
+            actions=self.actions.to(device),
+            returns_to_go=self.returns_to_go.to(device),
+            costs_to_go=self.costs_to_go.to(device),
+            time_steps=self.time_steps.to(device),
+            is_padding=self.is_padding.to(device),
+            costs=self.costs.to(device),
+        )
+
 
 def _episode_block(
     episode: Episode, stats: NormalisationStats, seq_len: int, relabel: Relabel | None
@@ -299,8 +312,9 @@ class WindowSampler:
         return self.gather(rows)
 
     def gather(self, rows: torch.Tensor) -> Batch:
-        """Windows from a [batch, seq_len] row index."""
+        """Windows from a [batch, seq_len] row index, on the device of the buffer's rows."""
         buffer = self.buffer
+        rows = rows.to(buffer.states.device, non_blocking=True)
         return Batch(
             states=buffer.states[rows],
             actions=buffer.actions[rows],

@@ -42,6 +42,7 @@ from training.distributed import (
     shutdown_distributed,
 )
 from training.env_eval import eval_targets, evaluation_score, rollout, summarise
+from training.interrupt import StopRequest, TrainingInterrupted
 from training.losses import LossTerms, policy_loss
 from training.metrics import ScalarLog
 from training.model import ConstrainedDecisionTransformer, EntropyTemperature, ModelConfig
@@ -231,6 +232,7 @@ def _optimisers(
         lr=config.learning_rate,
         betas=config.betas,
         weight_decay=config.weight_decay,
+        fused=device.type == "cuda",  # one kernel for all parameters instead of one per tensor
     )
     warmup = max(config.warmup_steps, 1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -288,6 +290,8 @@ def prepare_training(config: TrainConfig) -> TrainState:
     optimisers = _optimisers(config, model, dims[1], device)
     optimizer, scheduler, temperature, temperature_optimizer = optimisers
     sampler = make_dataloader(config, dataset, stats, context.rank)
+    if device.type == "cuda":  # gather windows on the GPU: no per-step host work or copy
+        sampler.buffer = sampler.buffer.rows_to(device)
     torch.manual_seed(config.seed + 1 + context.rank)  # dropout stream, distinct per rank
     run_dir = _run_dir(config, dataset.task)
     trainable: torch.nn.Module = model
@@ -358,29 +362,37 @@ def _evaluate_and_keep_best(state: TrainState) -> None:
 
 
 def run_training(state: TrainState) -> Path:
-    """The loop: sample, step, log, evaluate, checkpoint. Returns the path of `last.pt`."""
+    """The loop: sample, step, log, evaluate, checkpoint. Returns the path of `last.pt`.
+
+    Ctrl-C or SIGTERM stops it after the current step: `last.pt` is written, then
+    TrainingInterrupted raised. Under torchrun every rank would have to stop at the same step, so
+    there signals act at once.
+    """
     config, last = state.config, state.config.update_steps
     bar = tqdm(total=last, initial=state.step, desc="train", disable=not state.context.is_main)
     window_start, window_steps = time.perf_counter(), 0
     saved_at = None
-    while state.step < last:
-        batch = state.sampler.sample().to(state.device)
-        terms = train_step(state, batch)
-        state.step += 1
-        window_steps += 1
-        bar.update(1)
-        if _is_due(state.step, config.log_every, last):
-            speed = window_steps / max(time.perf_counter() - window_start, 1e-9)
-            _log_training(state, terms, speed, bar)
-            window_start, window_steps = time.perf_counter(), 0
-        if config.eval_every > 0 and _is_due(state.step, config.eval_every, last):
-            _evaluate_and_keep_best(state)
-        if _is_due(state.step, config.checkpoint_every, last):
-            save_checkpoint(state, "last")
-            saved_at = state.step
+    with StopRequest(enabled=not state.context.enabled) as stop:
+        while state.step < last and not stop.requested:
+            batch = state.sampler.sample().to(state.device)
+            terms = train_step(state, batch)
+            state.step += 1
+            window_steps += 1
+            bar.update(1)
+            if _is_due(state.step, config.log_every, last):
+                speed = window_steps / max(time.perf_counter() - window_start, 1e-9)
+                _log_training(state, terms, speed, bar)
+                window_start, window_steps = time.perf_counter(), 0
+            if config.eval_every > 0 and _is_due(state.step, config.eval_every, last):
+                _evaluate_and_keep_best(state)
+            if _is_due(state.step, config.checkpoint_every, last):
+                save_checkpoint(state, "last")
+                saved_at = state.step
     bar.close()
-    if saved_at != state.step:  # nothing left to train (update_steps reached already, or 0)
+    if saved_at != state.step:  # stopped early, or nothing left to train (or update_steps was 0)
         save_checkpoint(state, "last")
+    if stop.requested:
+        raise TrainingInterrupted(state.run_dir / "last.pt", state.step)
     return state.run_dir / "last.pt"
 
 
@@ -401,7 +413,11 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("training").setLevel(logging.INFO)
     config = parse_config(sys.argv[1:] if argv is None else argv)
-    path = train(config)
+    try:
+        path = train(config)
+    except TrainingInterrupted as stopped:
+        print(f"interrupted: {stopped}", file=sys.stderr)
+        raise SystemExit(130) from None
     print(f"checkpoint: {path}")
 
 

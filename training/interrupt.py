@@ -1,0 +1,54 @@
+"""Ctrl-C and SIGTERM as a request to stop training at the next step boundary.
+
+A signal that lands inside a gradient step would leave weights, optimiser and step counter out of
+step with one another; deferring it lets the loop write a consistent `last.pt` that `--resume`
+continues exactly. A second signal acts at once (the previous handler is restored on the first).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from types import FrameType, TracebackType
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopRequest:
+    """Context manager; `requested` turns True on the first SIGINT or SIGTERM."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        # signal handlers can only be set from the main thread
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.requested = False
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> StopRequest:
+        if self.enabled:
+            for number in STOP_SIGNALS:
+                self._previous[number] = signal.signal(number, self._handle)
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)  # type: ignore[arg-type]
+        self._previous.clear()
+
+    def _handle(self, number: int, frame: FrameType | None) -> None:
+        self.requested = True
+        signal.signal(number, self._previous.get(number, signal.SIG_DFL))  # type: ignore[arg-type]
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Raised once a stopped run's `last.pt` holds the step it stopped at."""
+
+    def __init__(self, checkpoint: Path, step: int) -> None:
+        super().__init__(f"stopped at step {step}; continue with --resume {checkpoint}")
+        self.checkpoint = checkpoint
+        self.step = step
