@@ -17,8 +17,8 @@ Options measured (TrainConfig fields unless noted):
 - fast_dropout: dropout masks from 16-bit random numbers instead of torch's bernoulli;
 - threads: every scenario runs with --threads (2: one per core); "1 thread" is shown for scale;
 - bf16 (opt-in) and compile (opt-in): measured only when asked. bf16 autocast pays on CPUs with
-  AMX tiles (Sapphire Rapids and later: a 2560x128x512 matrix multiply runs ~6x faster than in
-  fp32) for this architecture, not for the `cpu` preset's narrower model; elsewhere it is slow.
+  native bf16 (AMX tiles on Intel Sapphire Rapids and later, AVX-512 BF16 on AMD Zen 4 and later)
+  for this architecture, not for the `cpu` preset's narrower model; elsewhere it is slow.
   With --bf16 the loss-curve check also compares bf16 with fp32.
 
 The last column compares with the authors' implementation as the issue measured it on the 2-core

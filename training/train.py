@@ -265,12 +265,16 @@ def _restore(state: TrainState, checkpoint: dict[str, Any]) -> None:
     state.evaluation = checkpoint.get("evaluation")
 
 
-def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """Does this CPU have AMX bf16 tiles (where bf16 autocast pays)? False when unknown."""
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # Intel AMX tiles; AVX-512 BF16 (AMD Zen 4+)
+
+
+def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Does this CPU multiply bf16 natively (where bf16 autocast pays)? False when unknown."""
     try:
-        return "amx_bf16" in cpuinfo.read_text()
+        flags = set(cpuinfo.read_text().split())
     except OSError:
         return False
+    return any(flag in flags for flag in NATIVE_BF16_FLAGS)
 
 
 def prepare_training(config: TrainConfig) -> TrainState:
@@ -284,8 +288,8 @@ def prepare_training(config: TrainConfig) -> TrainState:
     stats = compute_stats(dataset.episodes, dataset.attrs, config.reward_scale, config.cost_scale)
     dims = (dataset.observation_dim, dataset.action_dim)
     device = _device(config, context)
-    if config.bf16 and device.type == "cpu" and not cpu_has_amx():
-        logger.warning("--bf16 on a CPU without AMX tiles: expect training to be much slower")
+    if config.bf16 and device.type == "cpu" and not cpu_has_native_bf16():
+        logger.warning("--bf16 on a CPU without bf16 instructions: expect much slower training")
     model = build_model(config, stats, dims).to(device)
     optimisers = _optimisers(config, model, dims[1], device)
     optimizer, scheduler, temperature, temperature_optimizer = optimisers

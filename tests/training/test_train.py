@@ -12,7 +12,7 @@ import torch
 from tests.training.cdt_synthetic import tiny_config, write_dataset
 from training.checkpoint import load_checkpoint
 from training.config import PRESETS, TrainConfig, parse_config
-from training.train import cpu_has_amx, main, train
+from training.train import cpu_has_native_bf16, main, train
 
 
 @pytest.fixture(scope="module")
@@ -119,10 +119,12 @@ def test_main_runs_the_cli(dataset_path: Path, tmp_path: Path, capsys: pytest.Ca
     assert "last.pt" in capsys.readouterr().out
 
 
-def test_cpu_has_amx_reads_the_flags(tmp_path: Path):
+def test_cpu_has_native_bf16_reads_the_flags(tmp_path: Path):
     flags = tmp_path / "cpuinfo"
     flags.write_text("flags\t: fpu avx512f amx_bf16 amx_tile\n")
-    assert cpu_has_amx(flags)
-    flags.write_text("flags\t: fpu avx2\n")
-    assert not cpu_has_amx(flags)
-    assert not cpu_has_amx(tmp_path / "missing")
+    assert cpu_has_native_bf16(flags)
+    flags.write_text("flags\t: fpu avx512f avx512_bf16 avx512_vnni\n")  # AMD EPYC (Zen 4)
+    assert cpu_has_native_bf16(flags)
+    flags.write_text("flags\t: fpu avx2 avx512f\n")
+    assert not cpu_has_native_bf16(flags)
+    assert not cpu_has_native_bf16(tmp_path / "missing")
