@@ -35,8 +35,10 @@ def bare_simulator(task: str, steps: int) -> float:
 def collector(task: str, steps: int, num_envs: int) -> tuple[float, float]:
     """Env steps/s of the rollout loop alone, and of a whole epoch with the PPO update."""
     envs = make_envs(task, num_envs)
-    model = ActorCritic(envs[0].observation_space.shape[0], envs[0].action_space.shape[0])
-    normaliser = RunningNormaliser(envs[0].observation_space.shape[0])
+    observation_dim = int(np.prod(envs[0].observation_space.shape or (1,)))
+    action_dim = int(np.prod(envs[0].action_space.shape or (1,)))
+    model = ActorCritic(observation_dim, action_dim)
+    normaliser = RunningNormaliser(observation_dim)
     recorder = EpisodeRecorder(envs, seed=0)
     started = time.perf_counter()
     rollout = collect_epoch(recorder, model, normaliser, steps, 0.99, 0.95)
