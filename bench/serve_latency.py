@@ -290,6 +290,19 @@ async def drive(episodes: int, episode: Callable[[int, list[float]], Awaitable[N
     return latencies, time.perf_counter() - started
 
 
+async def timed_steps(
+    ws: Any, card: Any, episode_id: str, steps: int, reply_type: str, latencies: list[float]
+) -> None:
+    """Send `steps` step frames; latency = frame sent -> reply (of `reply_type`) received."""
+    for t in range(1, steps + 1):
+        frame = json.dumps({"type": "step", "episode_id": episode_id, **step_body(card, t)})
+        sent = time.perf_counter()
+        await ws.send(frame)
+        reply = json.loads(await ws.recv())
+        latencies.append(time.perf_counter() - sent)
+        assert reply["type"] == reply_type, reply
+
+
 async def websocket_episodes(url: str, card: Any, episodes: int, steps: int) -> Sample:
     """One socket per episode; latency = step frame sent -> action frame received."""
     from websockets.asyncio.client import connect
@@ -298,13 +311,7 @@ async def websocket_episodes(url: str, card: Any, episodes: int, steps: int) -> 
         async with connect(url.replace("http", "ws") + "/v1/stream", compression=None) as ws:
             await ws.send(json.dumps({"type": "start", **start_body(card, seed)}))
             episode_id = json.loads(await ws.recv())["episode_id"]
-            for t in range(1, steps + 1):
-                frame = json.dumps({"type": "step", "episode_id": episode_id, **step_body(card, t)})
-                sent = time.perf_counter()
-                await ws.send(frame)
-                reply = json.loads(await ws.recv())
-                latencies.append(time.perf_counter() - sent)
-                assert reply["type"] == "action", reply
+            await timed_steps(ws, card, episode_id, steps, "action", latencies)
 
     return await drive(episodes, episode)
 
@@ -315,13 +322,7 @@ async def websocket_echoes(url: str, card: Any, episodes: int, steps: int) -> Sa
 
     async def episode(seed: int, latencies: list[float]) -> None:
         async with connect(url.replace("http", "ws") + "/v1/stream", compression=None) as ws:
-            for t in range(1, steps + 1):
-                frame = json.dumps({"type": "step", "episode_id": "e" * 32, **step_body(card, t)})
-                sent = time.perf_counter()
-                await ws.send(frame)
-                reply = json.loads(await ws.recv())
-                latencies.append(time.perf_counter() - sent)
-                assert reply["type"] == "step", reply
+            await timed_steps(ws, card, "e" * 32, steps, "step", latencies)
 
     return await drive(episodes, episode)
 

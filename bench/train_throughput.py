@@ -42,6 +42,7 @@ import torch
 from training.config import TrainConfig
 from training.data import Batch, WindowSampler
 from training.dataset import Episode, save_dataset
+from training.losses import LossTerms
 from training.train import TrainState, prepare_training, train_step
 
 SPEED_OPTIONS = ("prebuilt_batches", "fused_attention", "skip_unread_outputs", "fast_dropout")
@@ -124,8 +125,8 @@ def make_state(base: TrainConfig, options: dict[str, bool], batch_size: int) -> 
     return state
 
 
-def step(state: TrainState) -> None:
-    train_step(state, state.sampler.sample().to(state.device))
+def step(state: TrainState) -> LossTerms:
+    return train_step(state, state.sampler.sample().to(state.device))
 
 
 def synchronise(state: TrainState) -> None:
@@ -164,12 +165,7 @@ def measure_interleaved(
 
 
 def loss_curve(state: TrainState, steps: int) -> np.ndarray:
-    return np.array(
-        [
-            float(train_step(state, state.sampler.sample().to(state.device)).loss.detach())
-            for _ in range(steps)
-        ]
-    )
+    return np.array([float(step(state).loss.detach()) for _ in range(steps)])
 
 
 def scenarios(extra: list[str], cpu: bool = True) -> list[tuple[str, dict[str, bool]]]:

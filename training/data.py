@@ -136,14 +136,15 @@ class TrajectoryBuffer(NamedTuple):
         """The per-row tensors on `device` (batches are then gathered there); the per-episode
         ones stay on the CPU, where the sampler draws its indices from its seeded generator."""
         return self._replace(
-            states=self.states.to(device),
-            actions=self.actions.to(device),
-            returns_to_go=self.returns_to_go.to(device),
-            costs_to_go=self.costs_to_go.to(device),
-            time_steps=self.time_steps.to(device),
-            is_padding=self.is_padding.to(device),
-            costs=self.costs.to(device),
+            **{
+                name: tensor.to(device)
+                for name, tensor in self._asdict().items()
+                if name not in PER_EPISODE_FIELDS
+            }
         )
+
+
+PER_EPISODE_FIELDS = ("first_row", "lengths", "cost_returns")
 
 
 def _episode_block(

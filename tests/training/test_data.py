@@ -120,3 +120,13 @@ def test_sampler_is_reproducible_and_resumable(episodes, stats):
     second.load_state_dict(state)
     for left, right in zip(expected, second.sample(), strict=True):
         torch.testing.assert_close(left, right)
+
+
+def test_rows_to_moves_only_the_per_row_tensors(episodes, stats):
+    buffer = build_buffer(episodes, stats, SEQ_LEN)
+    moved = buffer.rows_to(torch.device("meta"))  # a device every machine has
+    on_device = {name for name, tensor in moved._asdict().items() if tensor.is_meta}
+    assert on_device == {
+        "states", "actions", "returns_to_go", "costs_to_go", "time_steps", "is_padding", "costs"
+    }  # fmt: skip
+    assert torch.equal(moved.lengths, buffer.lengths)  # indices are still drawn on the host
