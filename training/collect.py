@@ -34,17 +34,45 @@ from training.rollout_collector import EpisodeRecorder, collect_epoch, make_envs
 
 logger = logging.getLogger(__name__)
 
-# Per-task schedules: (epochs, steps per epoch, eps_1, eps_2, n_1, n_2). Ours, tuned so that one
-# CarRun run fits in about half an hour on 2 cores; the cost range reaches well past 3 x kappa = 30.
-TASK_SCHEDULES: dict[str, tuple[int, int, float, float, int, int]] = {
-    "SafetyCarRun-v0": (50, 20_000, 5.0, 80.0, 5, 40),
-    "SafetyBallRun-v0": (50, 20_000, 5.0, 80.0, 5, 40),
-    "SafetyDroneRun-v0": (80, 20_000, 5.0, 100.0, 10, 60),
-    "SafetyAntRun-v0": (150, 20_000, 5.0, 100.0, 20, 120),
-    "SafetyCarCircle-v0": (60, 20_000, 5.0, 100.0, 5, 45),
-    "SafetyDroneCircle-v0": (100, 20_000, 5.0, 100.0, 10, 80),
+
+@dataclass(frozen=True)
+class TaskSchedule:
+    """One task's collection schedule: the threshold ramp and the PPO settings that differ."""
+
+    epochs: int
+    """n: PPO epochs."""
+    steps_per_epoch: int
+    """env steps per epoch, over all envs."""
+    eps_1: float
+    """cost threshold up to epoch n_1."""
+    eps_2: float
+    """cost threshold from epoch n_2 on."""
+    n_1: int
+    """epoch at which the threshold starts rising."""
+    n_2: int
+    """epoch at which the threshold reaches eps_2."""
+    clip_ratio: float
+    """PPO clip ratio eps_clip."""
+    gae_lambda: float
+    """GAE lambda, for both critics."""
+    gamma: float
+    """discount, for both critics."""
+
+
+# The paper's table "hyperparameters for CPPO" (appendix, tab:dataset-hyperparameters) gives
+# every field but steps per epoch. Ours give each task 1.2-2M env steps (the authors used about
+# 2M) and every env at least one whole episode per epoch (time limits 200-300 steps, 8 envs).
+# Fields: epochs, steps/epoch, eps_1, eps_2, n_1, n_2, clip, GAE lambda, gamma.
+TASK_SCHEDULES: dict[str, TaskSchedule] = {
+    "SafetyCarRun-v0": TaskSchedule(400, 5_000, 5.0, 80.0, 50, 400, 0.2, 0.97, 0.99),
+    "SafetyAntRun-v0": TaskSchedule(210, 8_000, 5.0, 80.0, 45, 200, 0.2, 0.97, 0.99),
+    "SafetyCarCircle-v0": TaskSchedule(210, 6_000, 5.0, 80.0, 50, 200, 0.2, 0.97, 0.99),
+    "SafetyDroneCircle-v0": TaskSchedule(570, 3_000, 10.0, 80.0, 20, 550, 0.15, 0.95, 0.98),
+    "SafetyDroneRun-v0": TaskSchedule(160, 8_000, 5.0, 80.0, 10, 150, 0.15, 0.95, 0.98),
+    # Not in the paper: ours, 1.0M steps in about 17 min on 2 cores.
+    "SafetyBallRun-v0": TaskSchedule(50, 20_000, 5.0, 80.0, 5, 40, 0.2, 0.95, 0.99),
 }
-DEFAULT_SCHEDULE = (60, 20_000, 5.0, 100.0, 5, 45)
+DEFAULT_SCHEDULE = TaskSchedule(60, 20_000, 5.0, 100.0, 5, 45, 0.2, 0.95, 0.99)
 
 
 @dataclass(frozen=True)
@@ -71,10 +99,12 @@ class CollectConfig:
     """n_2: the epoch at which the threshold reaches eps_2."""
     num_envs: int = 8
     """envs stepped together (one process; the policy runs batched)."""
-    gamma: float = 0.99
-    """discount for both critics."""
-    gae_lambda: float = 0.95
-    """GAE lambda."""
+    clip_ratio: float | None = None
+    """PPO clip ratio (default: the task's schedule)."""
+    gae_lambda: float | None = None
+    """GAE lambda (default: the task's schedule)."""
+    gamma: float | None = None
+    """discount for both critics (default: the task's schedule)."""
     k_p: float = 0.1
     """PID multiplier: proportional gain."""
     k_i: float = 0.003
@@ -92,21 +122,21 @@ class CollectConfig:
     finalize_only: bool = False
     """skip learning: filter the raw rollouts already in run_dir and write the dataset."""
 
-    def schedule(self) -> tuple[int, int, float, float, int, int]:
-        """The resolved (epochs, steps/epoch, eps_1, eps_2, n_1, n_2)."""
+    def schedule(self) -> TaskSchedule:
+        """The task's schedule, with each field given on the command line in its place."""
+        given: dict[str, Any] = {
+            "epochs": self.epochs,
+            "steps_per_epoch": self.steps_per_epoch,
+            "eps_1": self.threshold_start,
+            "eps_2": self.threshold_end,
+            "n_1": self.rise_start_epoch,
+            "n_2": self.rise_end_epoch,
+            "clip_ratio": self.clip_ratio,
+            "gae_lambda": self.gae_lambda,
+            "gamma": self.gamma,
+        }
         default = TASK_SCHEDULES.get(self.task, DEFAULT_SCHEDULE)
-        given = (
-            self.epochs,
-            self.steps_per_epoch,
-            self.threshold_start,
-            self.threshold_end,
-            self.rise_start_epoch,
-            self.rise_end_epoch,
-        )
-        epochs, steps, eps1, eps2, n1, n2 = (
-            d if g is None else g for g, d in zip(given, default, strict=True)
-        )
-        return int(epochs), int(steps), float(eps1), float(eps2), int(n1), int(n2)
+        return dataclasses.replace(default, **{k: v for k, v in given.items() if v is not None})
 
     @property
     def output_path(self) -> Path:
@@ -215,13 +245,45 @@ def _make_learner(config: CollectConfig, observation_dim: int, action_dim: int) 
     return _Learner(model, optimiser, normaliser, pid, first_epoch)
 
 
+def _run_epoch(
+    config: CollectConfig,
+    schedule: TaskSchedule,
+    learner: _Learner,
+    recorder: EpisodeRecorder,
+    epoch: int,
+) -> dict[str, str]:
+    """Roll out, update the multiplier and policy, save raw data and learner; progress fields."""
+    threshold = cost_threshold(epoch, schedule.eps_1, schedule.eps_2, schedule.n_1, schedule.n_2)
+    result = collect_epoch(
+        recorder,
+        learner.model,
+        learner.normaliser,
+        schedule.steps_per_epoch,
+        schedule.gamma,
+        schedule.gae_lambda,
+    )
+    mean_cost = result.mean_cost if result.episodes else learner.pid.previous_cost
+    multiplier = learner.pid.update(mean_cost, threshold)
+    generator = torch.Generator().manual_seed(config.seed * 10_000 + epoch)
+    settings = PpoSettings(clip_ratio=schedule.clip_ratio)
+    ppo_update(learner.model, learner.optimiser, result.batch, multiplier, settings, generator)
+    _save_raw_epoch(config.run_path, epoch, result.episodes, threshold)
+    state = _learner_state(learner.model, learner.optimiser, learner.pid, learner.normaliser, epoch)
+    _atomic_torch_save(state, config.run_path / "learner.pt")
+    return {
+        "threshold": f"{threshold:.1f}",
+        "reward": f"{result.mean_reward:.1f}",
+        "cost": f"{result.mean_cost:.1f}",
+        "lam": f"{multiplier:.3f}",
+    }
+
+
 def learn(config: CollectConfig) -> None:
     """Run (or resume) PPO-Lagrangian, keeping every finished episode as raw data."""
-    epochs, steps_per_epoch, eps1, eps2, n1, n2 = config.schedule()
+    schedule = config.schedule()
     config.run_path.mkdir(parents=True, exist_ok=True)
-    (config.run_path / "config.json").write_text(
-        json.dumps(dataclasses.asdict(config), default=str)
-    )
+    settings = {**dataclasses.asdict(config), "schedule": dataclasses.asdict(schedule)}
+    (config.run_path / "config.json").write_text(json.dumps(settings, default=str))
     torch.manual_seed(config.seed)
     # The networks are tiny: extra intra-op threads only fight the simulator for the cores.
     torch.set_num_threads(1)
@@ -231,41 +293,17 @@ def learn(config: CollectConfig) -> None:
     learner = _make_learner(config, observation_dim, int(np.prod(action_space.shape or (1,))))
     recorder = EpisodeRecorder(envs, seed=config.seed * 10_000 + learner.first_epoch)
     progress = tqdm(
-        range(learner.first_epoch, epochs),
+        range(learner.first_epoch, schedule.epochs),
         desc=f"collect {config.task}",
         unit="epoch",
         initial=learner.first_epoch,
-        total=epochs,
+        total=schedule.epochs,
     )
     for epoch in progress:
         started = time.perf_counter()
-        threshold = cost_threshold(epoch, eps1, eps2, n1, n2)
-        result = collect_epoch(
-            recorder,
-            learner.model,
-            learner.normaliser,
-            steps_per_epoch,
-            config.gamma,
-            config.gae_lambda,
-        )
-        mean_cost = result.mean_cost if result.episodes else learner.pid.previous_cost
-        multiplier = learner.pid.update(mean_cost, threshold)
-        generator = torch.Generator().manual_seed(config.seed * 10_000 + epoch)
-        ppo_update(
-            learner.model, learner.optimiser, result.batch, multiplier, PpoSettings(), generator
-        )
-        _save_raw_epoch(config.run_path, epoch, result.episodes, threshold)
-        state = _learner_state(
-            learner.model, learner.optimiser, learner.pid, learner.normaliser, epoch
-        )
-        _atomic_torch_save(state, config.run_path / "learner.pt")
-        progress.set_postfix(
-            threshold=f"{threshold:.1f}",
-            reward=f"{result.mean_reward:.1f}",
-            cost=f"{result.mean_cost:.1f}",
-            lam=f"{multiplier:.3f}",
-            steps_s=f"{steps_per_epoch / (time.perf_counter() - started):.0f}",
-        )
+        fields = _run_epoch(config, schedule, learner, recorder, epoch)
+        speed = schedule.steps_per_epoch / (time.perf_counter() - started)
+        progress.set_postfix(**fields, steps_s=f"{speed:.0f}")
 
 
 def finalize(config: CollectConfig) -> Path:
@@ -287,18 +325,10 @@ def finalize(config: CollectConfig) -> Path:
         rng=np.random.default_rng(config.seed),
     )
     kept = [episodes[i] for i in sorted(keep)]
-    epochs, steps, eps1, eps2, n1, n2 = config.schedule()
     attrs = {
         "env_id": config.task,
         "collector": "PPO-Lagrangian (PID multiplier), rising cost threshold",
-        "schedule": {
-            "epochs": epochs,
-            "steps_per_epoch": steps,
-            "eps_1": eps1,
-            "eps_2": eps2,
-            "n_1": n1,
-            "n_2": n2,
-        },
+        "schedule": dataclasses.asdict(config.schedule()),
         "grid_filter": {
             "cost_bins": config.cost_bins,
             "reward_bins": config.reward_bins,

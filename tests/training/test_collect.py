@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tyro
 
 from training.collect import CollectConfig, cost_threshold, learn, load_raw_episodes
 from training.ppo_lagrangian import PidLagrangian, RunningNormaliser, generalised_advantages
@@ -15,6 +16,18 @@ def test_cost_threshold_rises_linearly_between_n1_and_n2() -> None:
     assert cost_threshold(20, 5.0, 45.0, 10, 30) == pytest.approx(25.0)
     assert cost_threshold(30, 5.0, 45.0, 10, 30) == 45.0
     assert cost_threshold(99, 5.0, 45.0, 10, 30) == 45.0
+
+
+def test_paper_task_schedule_resolves_and_command_line_wins() -> None:
+    # The paper's Drone-Circle column (tab:dataset-hyperparameters); steps/epoch are ours.
+    schedule = CollectConfig(task="SafetyDroneCircle-v0").schedule()
+    assert (schedule.eps_1, schedule.eps_2, schedule.n_1, schedule.n_2) == (10.0, 80.0, 20, 550)
+    assert (schedule.epochs, schedule.steps_per_epoch) == (570, 3_000)
+    assert (schedule.clip_ratio, schedule.gae_lambda, schedule.gamma) == (0.15, 0.95, 0.98)
+    argv = ["--task", "SafetyDroneCircle-v0", "--gamma", "0.9", "--rise-end-epoch", "100"]
+    overridden = tyro.cli(CollectConfig, args=argv).schedule()
+    assert (overridden.gamma, overridden.n_2) == (0.9, 100)
+    assert (overridden.clip_ratio, overridden.n_1, overridden.epochs) == (0.15, 20, 570)
 
 
 def test_pid_multiplier_rises_above_threshold_and_falls_below() -> None:
