@@ -1,7 +1,7 @@
 """`cdt dataset`: inspect, reduce, add outliers to, or grid-filter a DSRL-layout dataset.
 
     cdt dataset inspect FILE [--thresholds 10 20 40] [--plot out.png] [--json out.json]
-    cdt dataset reduce FILE --out FILE --threshold 10 --epsilon 50
+    cdt dataset reduce FILE --out FILE --threshold 10
     cdt dataset add-outliers FILE --out FILE --fraction 0.1 --seed 0
     cdt dataset filter FILE --out FILE --cost-bins 60 --reward-bins 50 --max-per-cell 10
 
@@ -31,6 +31,7 @@ from training.frontiers import (
     pareto_indices,
     pareto_points,
     reduce_indices,
+    reduce_level,
     reward_frontier_curve,
     summarise_frontiers,
 )
@@ -157,13 +158,20 @@ def _with_step(
     return OfflineDataset(episodes=episodes, attrs=attrs)
 
 
-def reduce_dataset(dataset: OfflineDataset, threshold: float, epsilon: float) -> OfflineDataset:
-    """The paper's reduced, larger-epsilon dataset (see `training.frontiers.reduce_indices`)."""
-    kept = reduce_indices(dataset.cost_returns, dataset.reward_returns, threshold, epsilon)
-    if kept.size == 0:
-        raise DatasetError(f"reducing by epsilon={epsilon:g} would remove every episode")
+def reduce_dataset(dataset: OfflineDataset, threshold: float) -> OfflineDataset:
+    """The paper's reduced, large-epsilon dataset (see `training.frontiers.reduce_indices`).
+
+    Unsafe episodes (cost return > threshold) whose reward return reaches what the safe episodes
+    reach at the threshold are removed, so that PF(threshold) >= IPF(threshold); the safe ones
+    are all kept. The step recorded in the attrs names that reward level.
+    """
+    costs, rewards = dataset.cost_returns, dataset.reward_returns
+    level = reduce_level(costs, rewards, threshold)
+    if math.isnan(level):
+        raise DatasetError(f"no episode has cost return <= {threshold:g}: nothing to reduce to")
+    kept = reduce_indices(costs, rewards, threshold)
     removed = len(dataset.episodes) - int(kept.size)
-    step = {"op": "reduce", "threshold": threshold, "epsilon": epsilon, "removed": removed}
+    step = {"op": "reduce", "threshold": threshold, "reward_level": level, "removed": removed}
     return _with_step(dataset, [dataset.episodes[int(i)] for i in kept], step)
 
 
@@ -229,6 +237,11 @@ def _format_summary(path: Path, summary: dict[str, Any]) -> str:
         )
     lines.append(f"{'pareto':<15}{summary['pareto_episodes']} episodes on the frontier")
     lines.append("")
+    lines.append(
+        "PF: best reward with cost <= threshold, IPF: with cost >= threshold (the paper's)"
+    )
+    lines.append("epsilon = PF - IPF, < 0 when an unsafe episode out-rewards every safe one;")
+    lines.append("eps/Rmax = epsilon / the maximum reward return")
     headers = ("threshold", "PF", "IPF", "RF", "epsilon", "eps/Rmax")
     lines.append(" ".join(f"{header:>9}" for header in headers) + f" {'safe':>6}")
     keys = ("pareto_frontier", "inverse_pareto_frontier", "reward_frontier", "epsilon")
@@ -263,6 +276,8 @@ def _report(before: OfflineDataset, after: OfflineDataset, args: Namespace) -> N
     print(f"wrote {args.out}: {len(after.episodes)} of {len(before.episodes)} episodes")
     print(
         f"at threshold {threshold:g}: PF {old.pareto_frontier:.2f} -> {new.pareto_frontier:.2f}, "
+        f"IPF {old.inverse_pareto_frontier:.2f} -> {new.inverse_pareto_frontier:.2f}\n"
+        f"  epsilon = PF - IPF {old.epsilon:.2f} -> {new.epsilon:.2f}, "
         f"normalised epsilon {old.normalised_epsilon:.3f} -> {new.normalised_epsilon:.3f}"
     )
     if args.plot is not None:
@@ -272,7 +287,22 @@ def _report(before: OfflineDataset, after: OfflineDataset, args: Namespace) -> N
 
 def _run_reduce(args: Namespace) -> None:
     dataset = load_dataset(args.file)
-    _report(dataset, reduce_dataset(dataset, args.threshold, args.epsilon), args)
+    reduced = reduce_dataset(dataset, args.threshold)
+    _report(dataset, reduced, args)
+    step, kappa = reduced.attrs["processing"][-1], args.threshold
+    (after,) = summarise_frontiers(reduced.cost_returns, reduced.reward_returns, [kappa])
+    name = "PF" if step["reward_level"] == after.pareto_frontier else "RF"
+    print(
+        f"removed {step['removed']} unsafe episodes (cost return > {kappa:g}) with reward "
+        f"return >= {name}({kappa:g}) = {step['reward_level']:.2f}"
+    )
+    if math.isnan(after.epsilon):
+        print(f"note: no episode is left with cost return >= {kappa:g}, so IPF is undefined")
+    elif after.epsilon <= 0:
+        print(
+            f"note: the best safe episode has cost return {kappa:g}, which IPF (C >= {kappa:g}) "
+            "counts too, so epsilon cannot be raised above 0 without removing safe episodes"
+        )
 
 
 def _run_add_outliers(args: Namespace) -> None:
@@ -312,6 +342,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0 < value <= 1:
@@ -334,7 +371,7 @@ def _add_io(parser: ArgumentParser, with_threshold: bool = True) -> None:
 
 
 def _add_inspect(subparsers: Any) -> None:
-    text = "counts, return ranges, PF/IPF/RF and epsilon at thresholds; optional PNG and JSON"
+    text = "counts, return ranges, PF/IPF/RF and epsilon = PF - IPF at thresholds; PNG, JSON"
     parser = _subparser(subparsers, "inspect", text, _run_inspect)
     parser.add_argument("file", type=Path, help="dataset (DSRL HDF5 layout)")
     thresholds = list(DEFAULT_THRESHOLDS)
@@ -346,10 +383,13 @@ def _add_inspect(subparsers: Any) -> None:
 
 
 def _add_reduce(subparsers: Any) -> None:
-    text = "the paper's reduced dataset: drop safe episodes within EPSILON under PF(threshold)"
+    text = (
+        "the paper's reduced (large-epsilon) dataset: drop the unsafe episodes (cost > threshold)"
+        " that out-reward the safe ones at the threshold; keep every safe episode"
+    )
     parser = _subparser(subparsers, "reduce", text, _run_reduce)
-    _add_io(parser)
-    parser.add_argument("--epsilon", type=_positive_float, required=True, help="reward band")
+    _add_io(parser, with_threshold=False)
+    parser.add_argument("--threshold", type=_finite_float, default=10.0, help="cost threshold")
 
 
 def _add_outliers(subparsers: Any) -> None:

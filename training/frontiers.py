@@ -1,20 +1,27 @@
 """Cost-reward frontiers of an offline safe-RL dataset (CDT paper, epsilon-reducible), in numpy.
 
 Every trajectory is one point (cost return C, reward return R). With a cost threshold kappa
-(a trajectory is safe when C <= kappa):
+(a trajectory is safe when C <= kappa), as the paper defines them ("The Offline Safe RL Problem"):
 
 - Pareto frontier ``PF(kappa) = max {R : C <= kappa}``: the best reward a safe trajectory reaches.
-- Inverse Pareto frontier ``IPF(kappa) = max {R : C > kappa}``: the best reward of an unsafe one.
+- Inverse Pareto frontier ``IPF(kappa) = max {R : C >= kappa}``: the best reward "beyond" the
+  threshold. The paper's inequality is ``>=``, so a trajectory with ``C = kappa`` (safe) counts
+  in both PF and IPF.
 - Reward frontier ``RF(c) = max {R : C = c}``: the curve of the best reward at each cost return.
   Cost returns are counts of unsafe steps in Bullet-Safety-Gym, so "C = c" means the cost bin
   ``[c - w/2, c + w/2)`` of width ``w`` (default 1). PF and IPF are running maxima of RF:
-  ``PF(kappa) = max_{c <= kappa} RF(c)`` and ``IPF(kappa) = max_{c > kappa} RF(c)``.
-- epsilon-reducible value ``epsilon(kappa) = IPF(kappa) - PF(kappa)``. When it is positive a
-  reward-greedy learner is drawn to unsafe trajectories; the larger it is, the harder the dataset.
-  Normalised form: ``epsilon(kappa) / max R`` (the dataset's maximum reward return).
+  ``PF(kappa) = max_{c <= kappa} RF(c)`` and ``IPF(kappa) = max_{c >= kappa} RF(c)``.
+- epsilon-reducible value: the dataset is epsilon-reducible when ``PF(kappa) = IPF(kappa) +
+  epsilon``, i.e. ``epsilon(kappa) = PF(kappa) - IPF(kappa)``. Negative epsilon: an unsafe
+  trajectory (``C > kappa``) out-rewards every safe one, so a reward-greedy learner is likely to
+  violate the constraint and the optimal policy lies on the constraint boundary (the harder case).
+  Positive epsilon: no trajectory beats PF(kappa) even without the constraint, so the problem is
+  more likely to *reduce* to plain offline RL (the paper's "reduced", large-epsilon datasets).
+  Normalised form: ``epsilon(kappa) / max R``, "normalized by the maximum return value in the
+  dataset" (the paper's figure captions: e.g. Car-Run -0.005 at kappa = 10 on the full dataset).
 
-A value over an empty set (no safe trajectory for PF, no unsafe one for IPF, no trajectory in the
-cost bin for RF) is ``nan``, and so is an epsilon built from it.
+A value over an empty set (no safe trajectory for PF, none with ``C >= kappa`` for IPF, none in
+the cost bin for RF) is ``nan``, and so is an epsilon built from it.
 
 API (all take 1-D arrays of per-trajectory returns, ``cost_returns`` and ``reward_returns``):
 
@@ -25,7 +32,8 @@ API (all take 1-D arrays of per-trajectory returns, ``cost_returns`` and ``rewar
 - ``pareto_indices`` / ``pareto_points``: the trajectories on the Pareto frontier, i.e. the
   non-dominated ones (no other trajectory has lower-or-equal cost and higher-or-equal reward with
   one of the two strict), sorted by cost return. ``training/augmentation.py`` relabels towards them.
-- ``reduce_indices``: the paper's reduced (larger epsilon) dataset, as kept trajectory indices.
+- ``reduce_indices`` / ``reduce_level``: the paper's reduced (large epsilon, ``PF > IPF``)
+  dataset as kept trajectory indices: unsafe trajectories that out-reward the threshold go.
 - ``summarise_frontiers``: a ``FrontierSummary`` per threshold (what ``cdt dataset inspect`` shows).
 """
 
@@ -55,7 +63,7 @@ class FrontierSummary(NamedTuple):
     pareto_frontier: float  # PF(kappa)
     inverse_pareto_frontier: float  # IPF(kappa)
     reward_frontier: float  # RF(kappa)
-    epsilon: float  # IPF(kappa) - PF(kappa)
+    epsilon: float  # PF(kappa) - IPF(kappa), the paper's sign
     normalised_epsilon: float  # epsilon / max reward return
     safe_episodes: int  # trajectories with C <= kappa
 
@@ -97,20 +105,21 @@ def pareto_frontier_curve(
 def inverse_pareto_frontier_curve(
     cost_returns: ArrayLike, reward_returns: ArrayLike, thresholds: ArrayLike
 ) -> np.ndarray:
-    """IPF at each threshold: the best reward return among trajectories with ``C > threshold``.
+    """IPF at each threshold: the best reward return among trajectories with ``C >= threshold``.
 
     Returns:
-        float64 array shaped like ``thresholds``; ``nan`` where no trajectory is unsafe.
+        float64 array shaped like ``thresholds``; ``nan`` where no trajectory has
+        ``C >= threshold``.
     """
     costs, rewards = _as_returns(cost_returns, reward_returns)
     kappas = np.asarray(thresholds, dtype=np.float64)
     order = np.argsort(costs, kind="stable")
     # suffix maxima: suffix_max[i] = max reward over the sorted trajectories i, i+1, ...
     suffix_max = np.maximum.accumulate(rewards[order][::-1])[::-1] if costs.size else np.empty(0)
-    first_unsafe = np.searchsorted(costs[order], kappas, side="right")
+    first_beyond = np.searchsorted(costs[order], kappas, side="left")  # first C >= kappa
     values = np.full(kappas.shape, np.nan)
-    has_unsafe = first_unsafe < costs.size
-    values[has_unsafe] = suffix_max[first_unsafe[has_unsafe]]
+    has_beyond = first_beyond < costs.size
+    values[has_beyond] = suffix_max[first_beyond[has_beyond]]
     return values
 
 
@@ -122,7 +131,7 @@ def pareto_frontier(cost_returns: ArrayLike, reward_returns: ArrayLike, threshol
 def inverse_pareto_frontier(
     cost_returns: ArrayLike, reward_returns: ArrayLike, threshold: float
 ) -> float:
-    """IPF(kappa): the maximum reward return over trajectories with cost return > threshold."""
+    """IPF(kappa): the maximum reward return over trajectories with cost return >= threshold."""
     return float(inverse_pareto_frontier_curve(cost_returns, reward_returns, threshold))
 
 
@@ -168,8 +177,12 @@ def reward_frontier_curve(
 def epsilon_reducible(
     cost_returns: ArrayLike, reward_returns: ArrayLike, threshold: float
 ) -> float:
-    """epsilon(kappa) = IPF(kappa) - PF(kappa); positive means reward-greedy learning is unsafe."""
-    return inverse_pareto_frontier(cost_returns, reward_returns, threshold) - pareto_frontier(
+    """epsilon(kappa) = PF(kappa) - IPF(kappa), the paper's ``PF = IPF + epsilon``.
+
+    Negative means an unsafe trajectory out-rewards every safe one (reward-greedy learning is
+    unsafe); positive means the best-rewarded trajectories are safe.
+    """
+    return pareto_frontier(cost_returns, reward_returns, threshold) - inverse_pareto_frontier(
         cost_returns, reward_returns, threshold
     )
 
@@ -219,30 +232,62 @@ def pareto_points(
     return costs[indices], rewards[indices]
 
 
-def reduce_indices(
-    cost_returns: ArrayLike, reward_returns: ArrayLike, threshold: float, epsilon: float
-) -> np.ndarray:
-    """Kept indices of the paper's reduced dataset, whose epsilon(threshold) is larger.
+def reduce_level(
+    cost_returns: ArrayLike,
+    reward_returns: ArrayLike,
+    threshold: float,
+    bin_width: float = DEFAULT_COST_BIN_WIDTH,
+) -> float:
+    """The reward an unsafe trajectory must stay under to survive ``reduce_indices``.
 
-    Drops every safe trajectory (``C <= threshold``) whose reward return lies in
-    ``[PF - epsilon, PF]``, the band just under the Pareto frontier, so the new PF is below
-    ``PF - epsilon`` and the new epsilon-reducible value grows by more than ``epsilon``
-    (CDT appendix; the filter of DSRL's ``OfflineEnv.pre_process_data(epsilon=...)``,
-    https://github.com/liuzuxin/DSRL/blob/1b0d005b0e310c585cd67b22451733bf281cd0ce/dsrl/offline_env.py).
-    Unsafe trajectories are all kept. With no safe trajectory nothing is dropped.
-
-    Returns:
-        int64 indices in ascending order.
+    The best reward of the safe trajectories whose cost return is the threshold (RF(kappa) over
+    the safe ones, in RF's cost bin); PF(kappa) where no safe trajectory has that cost; ``nan``
+    where no trajectory is safe.
     """
-    if epsilon <= 0:
-        raise ValueError(f"epsilon must be positive, got {epsilon}")
     costs, rewards = _as_returns(cost_returns, reward_returns)
     safe = costs <= threshold
     if not safe.any():
+        return math.nan
+    at_threshold = reward_frontier(costs[safe], rewards[safe], threshold, bin_width)
+    return at_threshold if math.isfinite(at_threshold) else float(rewards[safe].max())
+
+
+def reduce_indices(
+    cost_returns: ArrayLike,
+    reward_returns: ArrayLike,
+    threshold: float,
+    bin_width: float = DEFAULT_COST_BIN_WIDTH,
+) -> np.ndarray:
+    """Kept indices of the paper's reduced dataset (large epsilon, ``PF(kappa) >= IPF(kappa)``).
+
+    The paper (appendix, "Results and Discussions on the epsilon-reducible Datasets"): "We remove
+    the trajectories if their costs exceed the cost threshold and their rewards are higher than
+    the trajectories whose costs are equal to the cost threshold to ensure that the trajectories
+    with the highest reward satisfy the safety constraints, namely, PF(kappa) > IPF(kappa)."
+    So an unsafe trajectory (``C > threshold``) is removed when its reward return is
+    ``>= reduce_level(...)``; every safe trajectory is kept. Afterwards ``PF(kappa) > IPF(kappa)``
+    unless the best safe trajectory has ``C = kappa`` itself (it counts in IPF too): then
+    epsilon is 0.
+
+    Returns:
+        int64 indices in ascending order (all of them, with a warning, if none is safe).
+    """
+    # The level is RF(kappa), literally "the trajectories whose costs are equal to the cost
+    # threshold", not PF(kappa): those trajectories are safe and kept, and IPF's constraint is
+    # C >= kappa, so they stay in IPF and after any reduction that keeps the safe data
+    # IPF(kappa) >= RF(kappa), i.e. epsilon <= PF(kappa) - RF(kappa). Cutting at RF(kappa) reaches
+    # that bound (IPF becomes RF(kappa)); cutting at PF(kappa) would keep the unsafe trajectories
+    # between RF and PF in IPF and leave a smaller epsilon. No margin can raise epsilon further
+    # without removing safe trajectories. Only where no safe trajectory has cost kappa is the
+    # level PF(kappa), the best reward reachable within the threshold. Ties (reward equal to the
+    # level) go too: with the PF fallback that makes PF > IPF strict; with the RF level (cost
+    # returns are step counts) the trajectory at C = kappa holds IPF at that reward anyway.
+    costs, rewards = _as_returns(cost_returns, reward_returns)
+    level = reduce_level(costs, rewards, threshold, bin_width)
+    if math.isnan(level):
         logger.warning("no trajectory has cost return <= %s; nothing to reduce", threshold)
         return np.arange(costs.size, dtype=np.int64)
-    frontier = rewards[safe].max()
-    dropped = safe & (rewards >= frontier - epsilon)
+    dropped = (costs > threshold) & (rewards >= level)
     return np.flatnonzero(~dropped).astype(np.int64)
 
 

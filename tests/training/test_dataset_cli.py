@@ -12,10 +12,18 @@ import pytest
 import cdt_cli
 from tests.training.test_dataset import make_episode, raw_arrays, write_raw
 from training.dataset import load_dataset, save_dataset
-from training.dataset_cli import add_outliers, main, plot_returns, reduce_dataset, write_summary
+from training.dataset_cli import (
+    add_outliers,
+    main,
+    plot_returns,
+    reduce_dataset,
+    summarise,
+    write_summary,
+)
 
 LENGTH = 50
 COSTS = [0, 5, 10, 12, 20, 30, 45]  # as in test_frontiers: PF(10)=150, IPF(10)=400, RF(10)=140
+# epsilon = PF - IPF (the paper's sign): -250 at 10, as the best episode (400, cost 30) is unsafe
 REWARDS = [100.0, 150.0, 140.0, 300.0, 250.0, 400.0, 390.0]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -54,9 +62,13 @@ def test_inspect_prints_and_writes_the_hand_computed_summary(dataset_path, tmp_p
     assert at_10["pareto_frontier"] == pytest.approx(150.0, rel=1e-5)
     assert at_10["inverse_pareto_frontier"] == pytest.approx(400.0, rel=1e-5)
     assert at_10["reward_frontier"] == pytest.approx(140.0, rel=1e-5)
-    assert at_10["normalised_epsilon"] == pytest.approx(0.625, rel=1e-5)
-    assert at_20["epsilon"] == pytest.approx(100.0, rel=1e-5)
-    assert at_40["epsilon"] == pytest.approx(-10.0, rel=1e-4)
+    assert at_10["epsilon"] == pytest.approx(-250.0, rel=1e-5)
+    assert at_10["normalised_epsilon"] == pytest.approx(-0.625, rel=1e-5)
+    assert at_20["epsilon"] == pytest.approx(-100.0, rel=1e-5)
+    assert at_40["epsilon"] == pytest.approx(10.0, rel=1e-4)
+    table = {line.split()[0]: line.split() for line in printed.splitlines() if line[:2] == "  "}
+    assert table["10"][1:6] == ["150.00", "400.00", "140.00", "-250.00", "-0.625"]
+    assert "epsilon = PF - IPF" in printed
     assert out_png.read_bytes().startswith(PNG_MAGIC)
     assert sorted(p.name for p in out_json.parent.iterdir()) == ["s.json", "s.png"]
 
@@ -76,7 +88,7 @@ def test_inspect_writes_null_for_an_undefined_frontier(dataset_path, tmp_path, c
     "command",
     [
         ["inspect", "{bad}", "--json", "{out}", "--plot", "{out}.png"],
-        ["reduce", "{bad}", "--out", "{out}", "--epsilon", "5"],
+        ["reduce", "{bad}", "--out", "{out}", "--threshold", "5"],
         ["add-outliers", "{bad}", "--out", "{out}", "--fraction", "0.1", "--seed", "0"],
         ["filter", "{bad}", "--out", "{out}", "--max-per-cell", "2"],
     ],
@@ -102,37 +114,43 @@ def test_missing_file_through_the_cdt_dispatcher(tmp_path, capsys):
     assert capsys.readouterr().err.count("\n") == 1
 
 
-def test_reduce_drops_the_band_under_pf_and_records_it(dataset_path, tmp_path, capsys):
+def test_reduce_drops_unsafe_episodes_above_rf_and_records_it(dataset_path, tmp_path, capsys):
     out = tmp_path / "reduced.hdf5"
-    main(["reduce", str(dataset_path), "--out", str(out), "--threshold", "10", "--epsilon", "20"])
+    main(["reduce", str(dataset_path), "--out", str(out), "--threshold", "10"])
     reduced = load_dataset(out)
-    np.testing.assert_allclose(reduced.reward_returns, [100, 300, 250, 400, 390], rtol=1e-5)
+    # every safe episode stays; the unsafe ones reach RF(10) = 140 or more, so all of them go
+    np.testing.assert_allclose(reduced.reward_returns, [100, 150, 140], rtol=1e-5)
+    np.testing.assert_array_equal(reduced.cost_returns, [0, 5, 10])
     assert reduced.attrs["env_id"] == "SafetyCarRun-v0"
     assert reduced.attrs["processing"] == [
-        {"op": "reduce", "threshold": 10.0, "epsilon": 20.0, "removed": 2}
+        {"op": "reduce", "threshold": 10.0, "reward_level": pytest.approx(140.0), "removed": 4}
     ]
-    assert "PF 150.00 -> 100.00" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "PF 150.00 -> 150.00, IPF 400.00 -> 140.00" in printed
+    assert "epsilon = PF - IPF -250.00 -> 10.00, normalised epsilon -0.625 -> 0.067" in printed
+    assert "removed 4 unsafe episodes (cost return > 10) with reward return >= RF(10)" in printed
+    (row,) = summarise(reduced, [10.0])["frontiers"]
+    assert row["pareto_frontier"] > row["inverse_pareto_frontier"] and row["epsilon"] > 0
 
 
-def test_reduce_refuses_to_remove_every_episode(dataset_path, tmp_path, capsys):
+def test_reduce_at_another_threshold_keeps_the_safe_episodes_above_rf(dataset_path):
+    # threshold 20: RF(20) = 250 (cost 20), PF(20) = 300 (cost 12, kept though above RF);
+    # the unsafe episodes (400 at cost 30, 390 at 45) go; epsilon = 300 - 250
     dataset = load_dataset(dataset_path)
-    with pytest.raises(ValueError, match="every episode"):
-        reduce_dataset(dataset, 100.0, 1000.0)
+    reduced = reduce_dataset(dataset, 20.0)
+    np.testing.assert_array_equal(reduced.cost_returns, [0, 5, 10, 12, 20])
+    assert summarise(reduced, [20.0])["frontiers"][0]["epsilon"] == pytest.approx(50.0, rel=1e-5)
+
+
+def test_reduce_refuses_a_dataset_without_safe_episodes(dataset_path, tmp_path, capsys):
+    dataset = load_dataset(dataset_path)
+    with pytest.raises(ValueError, match="no episode has cost return <= -1"):
+        reduce_dataset(dataset, -1.0)
     out = tmp_path / "none.hdf5"
     with pytest.raises(SystemExit) as exit_info:
-        main(
-            [
-                "reduce",
-                str(dataset_path),
-                "--out",
-                str(out),
-                "--threshold",
-                "100",
-                "--epsilon",
-                "1e3",
-            ]
-        )
+        main(["reduce", str(dataset_path), "--out", str(out), "--threshold", "-1"])
     assert exit_info.value.code == 2 and not out.exists()
+    assert capsys.readouterr().err.count("\n") == 1
 
 
 def test_add_outliers_relabels_high_cost_episodes_as_low_cost(dataset_path, tmp_path):
@@ -191,7 +209,9 @@ def test_every_subcommand_has_help(command, capsys):
 def test_bad_arguments_exit_2(dataset_path, tmp_path):
     for argv in (
         ["add-outliers", str(dataset_path), "--out", str(tmp_path / "x"), "--fraction", "1.5"],
-        ["reduce", str(dataset_path), "--out", str(tmp_path / "x"), "--epsilon", "-1"],
+        ["reduce", str(dataset_path), "--out", str(tmp_path / "x"), "--threshold", "nan"],
+        # the old, inverted reduce's band; the paper's reduction has no such parameter
+        ["reduce", str(dataset_path), "--out", str(tmp_path / "x"), "--epsilon", "50"],
         [],
     ):
         with pytest.raises(SystemExit) as exit_info:

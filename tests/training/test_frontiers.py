@@ -1,4 +1,9 @@
-"""Frontiers and epsilon against values computed by hand on a seven-trajectory dataset."""
+"""Frontiers and epsilon against values computed by hand on a seven-trajectory dataset.
+
+The paper's definitions: PF(kappa) = max R over C <= kappa, IPF(kappa) = max R over C >= kappa,
+epsilon = PF - IPF. The dataset's best trajectory (reward 400, cost 30) is unsafe at kappa = 10,
+so epsilon(10) < 0 there.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from training.frontiers import (
     pareto_indices,
     pareto_points,
     reduce_indices,
+    reduce_level,
     reward_frontier,
     reward_frontier_curve,
     summarise_frontiers,
@@ -30,9 +36,11 @@ REWARDS = np.array([100.0, 150.0, 140.0, 300.0, 250.0, 400.0, 390.0])
 @pytest.mark.parametrize(
     ("threshold", "pf", "ipf"),
     [
-        (10.0, 150.0, 400.0),  # safe: 0, 1, 2 (C = 10 counts as safe); unsafe best: 5
+        (10.0, 150.0, 400.0),  # safe: 0, 1, 2 (C = 10 counts as safe); IPF over 2..6: 5
         (20.0, 300.0, 400.0),
-        (40.0, 400.0, 390.0),  # only trajectory 6 is unsafe
+        (40.0, 400.0, 390.0),  # only trajectory 6 has C >= 40
+        (45.0, 400.0, 390.0),  # IPF's C >= kappa: trajectory 6 (C = 45) is in PF and in IPF
+        (30.0, 400.0, 400.0),  # trajectory 5 (C = 30) is the best of both: epsilon 0
         (0.0, 100.0, 400.0),
     ],
 )
@@ -43,16 +51,17 @@ def test_pareto_and_inverse_frontier_match_hand_values(threshold, pf, ipf):
 
 def test_frontiers_over_an_empty_side_are_nan():
     assert math.isnan(pareto_frontier(COSTS, REWARDS, -1.0))  # nothing is that safe
-    assert math.isnan(inverse_pareto_frontier(COSTS, REWARDS, 45.0))  # nothing is unsafe
-    assert math.isnan(epsilon_reducible(COSTS, REWARDS, 45.0))
+    assert math.isnan(inverse_pareto_frontier(COSTS, REWARDS, 45.5))  # nothing has C >= 45.5
+    assert math.isnan(epsilon_reducible(COSTS, REWARDS, 45.5))
     assert math.isnan(pareto_frontier([], [], 10.0))
 
 
 @pytest.mark.parametrize(
     ("threshold", "epsilon", "normalised"),
-    [(10.0, 250.0, 0.625), (20.0, 100.0, 0.25), (40.0, -10.0, -0.025)],
+    [(10.0, -250.0, -0.625), (20.0, -100.0, -0.25), (30.0, 0.0, 0.0), (40.0, 10.0, 0.025)],
 )
-def test_epsilon_reducible_is_ipf_minus_pf_over_max_reward(threshold, epsilon, normalised):
+def test_epsilon_reducible_is_pf_minus_ipf_over_max_reward(threshold, epsilon, normalised):
+    # the paper: PF(kappa) = IPF(kappa) + epsilon, normalised by the maximum reward return (400)
     assert epsilon_reducible(COSTS, REWARDS, threshold) == pytest.approx(epsilon)
     assert normalised_epsilon_reducible(COSTS, REWARDS, threshold) == pytest.approx(normalised)
 
@@ -84,7 +93,7 @@ def test_pf_and_ipf_are_running_maxima_of_rf():
     centres, best = reward_frontier_curve(costs, rewards)
     for kappa in (0.0, 7.0, 15.0, 28.0):
         assert pareto_frontier(costs, rewards, kappa) == best[centres <= kappa].max()
-        assert inverse_pareto_frontier(costs, rewards, kappa) == best[centres > kappa].max()
+        assert inverse_pareto_frontier(costs, rewards, kappa) == best[centres >= kappa].max()
 
 
 def test_curves_agree_with_the_scalar_definitions():
@@ -92,9 +101,9 @@ def test_curves_agree_with_the_scalar_definitions():
     pf = pareto_frontier_curve(COSTS, REWARDS, kappas)
     ipf = inverse_pareto_frontier_curve(COSTS, REWARDS, kappas)
     for kappa, pf_value, ipf_value in zip(kappas, pf, ipf, strict=True):
-        safe, unsafe = REWARDS[COSTS <= kappa], REWARDS[COSTS > kappa]
+        safe, beyond = REWARDS[COSTS <= kappa], REWARDS[COSTS >= kappa]
         np.testing.assert_equal(pf_value, safe.max() if safe.size else np.nan)
-        np.testing.assert_equal(ipf_value, unsafe.max() if unsafe.size else np.nan)
+        np.testing.assert_equal(ipf_value, beyond.max() if beyond.size else np.nan)
 
 
 def test_pareto_indices_are_the_non_dominated_trajectories_by_cost():
@@ -130,25 +139,62 @@ def test_pareto_indices_match_a_brute_force_definition():
     assert set(pareto_indices(costs, rewards).tolist()) == expected
 
 
-def test_reduce_drops_safe_trajectories_in_the_band_under_pf():
-    # PF(10) = 150; epsilon 20 drops safe rewards in [130, 150]: trajectories 1 and 2
-    kept = reduce_indices(COSTS, REWARDS, 10.0, 20.0)
-    np.testing.assert_array_equal(kept, [0, 3, 4, 5, 6])
-    before = epsilon_reducible(COSTS, REWARDS, 10.0)
-    after = epsilon_reducible(COSTS[kept], REWARDS[kept], 10.0)
-    assert (before, after) == (250.0, 300.0)
-    assert after > before + 20.0
+# COSTS / REWARDS plus an unsafe trajectory that does not out-reward the threshold (index 7)
+# and one far below it (index 8)
+REDUCE_COSTS = np.append(COSTS, [25.0, 60.0])
+REDUCE_REWARDS = np.append(REWARDS, [120.0, -20.0])
 
 
-def test_reduce_band_includes_its_lower_edge():
-    # epsilon 50: the band is [100, 150], so trajectory 0 (reward exactly 100) goes too
-    np.testing.assert_array_equal(reduce_indices(COSTS, REWARDS, 10.0, 50.0), [3, 4, 5, 6])
+def test_reduce_drops_the_unsafe_trajectories_that_beat_rf_at_the_threshold():
+    # RF(10) = 140 (trajectory 2): unsafe 3, 4, 5, 6 (rewards 300, 250, 400, 390) go
+    assert reduce_level(REDUCE_COSTS, REDUCE_REWARDS, 10.0) == 140.0
+    kept = reduce_indices(REDUCE_COSTS, REDUCE_REWARDS, 10.0)
+    np.testing.assert_array_equal(kept, [0, 1, 2, 7, 8])
+    costs, rewards = REDUCE_COSTS[kept], REDUCE_REWARDS[kept]
+    assert epsilon_reducible(REDUCE_COSTS, REDUCE_REWARDS, 10.0) == -250.0  # full: negative
+    # reduced: PF 150 > IPF 140 (trajectory 2, C = 10, is in IPF), the paper's positive epsilon
+    assert pareto_frontier(costs, rewards, 10.0) == 150.0
+    assert inverse_pareto_frontier(costs, rewards, 10.0) == 140.0
+    assert epsilon_reducible(costs, rewards, 10.0) == 10.0
+    assert normalised_epsilon_reducible(costs, rewards, 10.0) == pytest.approx(10.0 / 150.0)
 
 
-def test_reduce_keeps_everything_without_safe_trajectories_and_rejects_bad_epsilon():
-    np.testing.assert_array_equal(reduce_indices(COSTS, REWARDS, -1.0, 10.0), np.arange(7))
-    with pytest.raises(ValueError, match="epsilon"):
-        reduce_indices(COSTS, REWARDS, 10.0, 0.0)
+def test_reduce_keeps_every_safe_trajectory():
+    rng = np.random.default_rng(2)
+    costs = rng.integers(0, 40, size=300).astype(float)
+    rewards = rng.normal(100.0, 40.0, size=300) + 2.0 * costs  # unsafe ones pay more
+    for kappa in (5.0, 10.0, 20.0):
+        assert epsilon_reducible(costs, rewards, kappa) < 0
+        kept = reduce_indices(costs, rewards, kappa)
+        assert set(np.flatnonzero(costs <= kappa)) <= set(kept.tolist())
+        pf = pareto_frontier(costs[kept], rewards[kept], kappa)
+        assert pf == pareto_frontier(costs, rewards, kappa)
+        assert pf > inverse_pareto_frontier(costs[kept], rewards[kept], kappa)
+        assert epsilon_reducible(costs[kept], rewards[kept], kappa) > 0
+
+
+def test_reduce_falls_back_to_pf_without_a_safe_trajectory_at_the_threshold():
+    # kappa = 11: no trajectory in RF's bin [10.5, 11.5), so the level is PF(11) = 150
+    assert reduce_level(REDUCE_COSTS, REDUCE_REWARDS, 11.0) == 150.0
+    kept = reduce_indices(REDUCE_COSTS, REDUCE_REWARDS, 11.0)
+    np.testing.assert_array_equal(kept, [0, 1, 2, 7, 8])
+    assert epsilon_reducible(REDUCE_COSTS[kept], REDUCE_REWARDS[kept], 11.0) == 30.0  # 150 - 120
+
+
+def test_reduce_drops_ties_with_the_level_and_counts_only_safe_trajectories_in_rf():
+    # RF's bin at 10 is [9.5, 10.5): the unsafe trajectory at 10.2 does not set the level
+    costs = [0.0, 10.0, 10.2, 11.0, 30.0]
+    rewards = [50.0, 80.0, 500.0, 80.0, 79.0]
+    assert reduce_level(costs, rewards, 10.0) == 80.0
+    np.testing.assert_array_equal(reduce_indices(costs, rewards, 10.0), [0, 1, 4])
+
+
+def test_reduce_keeps_everything_without_safe_trajectories():
+    assert math.isnan(reduce_level(COSTS, REWARDS, -1.0))
+    np.testing.assert_array_equal(reduce_indices(COSTS, REWARDS, -1.0), np.arange(7))
+    # a dataset already reduced loses nothing more
+    kept = reduce_indices(COSTS, REWARDS, 10.0)
+    np.testing.assert_array_equal(reduce_indices(COSTS[kept], REWARDS[kept], 10.0), [0, 1, 2])
 
 
 def test_summarise_frontiers_collects_every_value_per_threshold():
@@ -156,8 +202,8 @@ def test_summarise_frontiers_collects_every_value_per_threshold():
     assert [row.threshold for row in rows] == [10.0, 40.0]
     first = rows[0]
     assert (first.pareto_frontier, first.inverse_pareto_frontier) == (150.0, 400.0)
-    assert (first.reward_frontier, first.epsilon, first.safe_episodes) == (140.0, 250.0, 3)
-    assert first.normalised_epsilon == pytest.approx(0.625)
+    assert (first.reward_frontier, first.epsilon, first.safe_episodes) == (140.0, -250.0, 3)
+    assert first.normalised_epsilon == pytest.approx(-0.625)
 
 
 @pytest.mark.parametrize(
