@@ -14,8 +14,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("training.collect", "collect an offline dataset with PPO-Lagrangian (PID)"),
     "dataset": ("training.dataset_cli", "inspect, reduce or add outliers to a dataset"),
     "train": ("training.train", "train CDT or a baseline on a dataset"),
+    "select": ("training.select", "choose best.pt among a run's kept checkpoints (simulator)"),
     "export": ("training.export", "export a checkpoint to models/NAME/ (ONNX + model card)"),
     "evaluate": ("training.evaluate", "evaluate an exported policy in the simulator"),
+    "sweeps": ("training.sweeps", "zero-shot / conflicting-target sweeps and the budget change"),
+    "card-update": ("training.card_update", "re-derive a model card's default targets"),
     "report": ("training.report", "run the algorithm x task grid and write paper-style tables"),
     "serve": ("service.cli", "serve the model repository over REST and websocket"),
     "rollout": ("clients.rollout", "drive a simulator through a running service"),
@@ -25,7 +28,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 def _usage() -> str:
     lines = ["usage: cdt <command> [options]", "", "commands:"]
     lines += [f"  {name:<10} {text}" for name, (_, text) in SUBCOMMANDS.items()]
-    lines += ["", "Run `cdt <command> --help` for the options of one command."]
+    lines += ["", "Run `cdt <command> --help` for the options of one command; `cdt --version`."]
     return "\n".join(lines)
 
 
@@ -46,6 +49,11 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] in {"-h", "--help"}:
         print(_usage())  # noqa: T201
+        return
+    if args[0] == "--version":
+        from importlib.metadata import version
+
+        print(f"cdt {version('cdt-safe-rl')}")  # noqa: T201
         return
     name, rest = args[0], args[1:]
     if name not in SUBCOMMANDS:

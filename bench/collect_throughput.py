@@ -15,7 +15,7 @@ import time
 import numpy as np
 import torch
 
-from clients.sim import make_env
+from runtime.sim import make_env
 from training.ppo_lagrangian import ActorCritic, PpoSettings, RunningNormaliser, ppo_update
 from training.rollout_collector import EpisodeRecorder, collect_epoch, make_envs
 

@@ -39,8 +39,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the repo
 
+from runtime.context import EpisodeContext, stack_windows
 from service.config import Settings
-from service.context import EpisodeContext, stack_windows
 from service.episodes import EpisodeService
 from service.metrics import Metrics
 from service.policy import ModelRepository, Policy

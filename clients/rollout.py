@@ -21,7 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from clients.client import PolicyClient, PolicyClientError
-from clients.scores import normalised_cost, normalised_reward
+from runtime.scores import normalised_cost, normalised_reward
 from service.schemas import ModelPublic
 
 logger = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ def run_episode(
 
 def run_rollouts(config: RolloutConfig) -> list[EpisodeOutcome]:
     """Run `config.episodes` episodes through the service (the library entry point)."""
-    from clients.sim import make_env, seed_simulator
+    from runtime.sim import make_env, seed_simulator
 
     with PolicyClient(config.server, token=config.token, timeout=config.timeout) as client:
         models = {model.name: model for model in client.list_models()}

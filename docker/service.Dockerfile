@@ -14,6 +14,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 RUN python -m venv /opt/venv
 COPY pyproject.toml README.md cdt_cli.py ./
+COPY runtime/ runtime/
 COPY service/ service/
 RUN /opt/venv/bin/pip install ".[serve]"
 

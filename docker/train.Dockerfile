@@ -23,6 +23,7 @@ RUN python -m venv /opt/venv \
     && /opt/venv/bin/pip install --index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"
 WORKDIR /src
 COPY pyproject.toml README.md cdt_cli.py ./
+COPY runtime/ runtime/
 COPY training/ training/
 COPY service/ service/
 COPY clients/ clients/

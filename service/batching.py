@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from service.context import batch_windows
+from runtime.context import batch_windows
 
 Window = Mapping[str, npt.NDArray[Any]]
 Outputs = tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]

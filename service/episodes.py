@@ -22,9 +22,9 @@ import numpy as np
 import numpy.typing as npt
 from starlette.concurrency import run_in_threadpool
 
+from runtime.context import EpisodeContext, sample_action
 from service.batching import LoopBatcher, MicroBatcher, Outputs
 from service.config import Settings
-from service.context import EpisodeContext, sample_action
 from service.errors import (
     EpisodeGoneError,
     InvalidInputError,

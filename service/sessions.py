@@ -19,7 +19,7 @@ from typing import Any, Protocol, Self
 
 import redis
 
-from service.context import EpisodeContext
+from runtime.context import EpisodeContext
 from service.errors import (
     EpisodeGoneError,
     EpisodeNotFoundError,

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,23 @@ def test_cli_unknown_command_exits_2(capsys: pytest.CaptureFixture[str]) -> None
         cdt_cli.main(["frobnicate"])
     assert exit_info.value.code == 2
     assert "unknown command 'frobnicate'" in capsys.readouterr().err
+
+
+def test_cli_version_answers(capsys: pytest.CaptureFixture[str]) -> None:
+    cdt_cli.main(["--version"])
+    assert capsys.readouterr().out.startswith("cdt ")
+
+
+def test_cli_export_of_a_missing_checkpoint_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from training.export import main as export_main
+
+    with pytest.raises(SystemExit) as exit_info:
+        export_main([str(tmp_path / "missing.pt"), "--out", str(tmp_path / "model")])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert not (tmp_path / "model").exists()
 
 
 @pytest.mark.parametrize("command", sorted(cdt_cli.SUBCOMMANDS))

@@ -98,7 +98,7 @@ def test_service_image_is_slim_and_installs_only_the_serve_extra():
     installs = [run for run in runs if "pip install" in run]
     assert installs == ['/opt/venv/bin/pip install ".[serve]"']
     copies = " ".join(arguments_of(stages[1], "COPY"))
-    assert "service/" in copies and "training" not in copies
+    assert "service/" in copies and "runtime/" in copies and "training" not in copies
     assert not any("torch" in run or "[train]" in run or "[dev]" in run for run in runs)
 
 

@@ -13,25 +13,13 @@ import torch
 
 from tests.training.cdt_synthetic import tiny_config, write_dataset
 from training.checkpoint import load_checkpoint
-from training.export import INPUT_NAMES, OnnxPolicy, export_checkpoint, main, policy_from_checkpoint
+from training.export import INPUT_NAMES, OnnxPolicy, main, policy_from_checkpoint
 from training.train import train
 
 REQUIRED_CARD_KEYS = {
     "name", "version", "task", "observation_dim", "action_dim", "action_low", "action_high",
     "context_len", "max_episode_len",
 }  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(checkpoint, export dir) of a 3-step run with every model option that changes the graph."""
-    root = tmp_path_factory.mktemp("export")
-    dataset = write_dataset(root / "tiny.hdf5")
-    config = tiny_config(
-        dataset, root, update_steps=3, seq_len=5, cost_prediction_weight=0.02, cost_transform=True
-    )
-    checkpoint = train(config)
-    return checkpoint, export_checkpoint(checkpoint, root / "models" / "tiny-cdt")
 
 
 def random_windows(batch: int, fill: int, seq_len: int, seed: int) -> dict[str, np.ndarray]:
@@ -51,8 +39,10 @@ def random_windows(batch: int, fill: int, seq_len: int, seed: int) -> dict[str, 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("batch", [1, 3, 16])
-def test_onnxruntime_matches_torch_for_every_window_fill(exported: tuple[Path, Path], batch: int):
-    checkpoint, out_dir = exported
+def test_onnxruntime_matches_torch_for_every_window_fill(
+    exported_policy: tuple[Path, Path], batch: int
+):
+    checkpoint, out_dir = exported_policy
     policy = policy_from_checkpoint(load_checkpoint(checkpoint))
     session = ort.InferenceSession(str(out_dir / "model.onnx"), providers=["CPUExecutionProvider"])
     seq_len = policy.model.config.seq_len
@@ -68,8 +58,8 @@ def test_onnxruntime_matches_torch_for_every_window_fill(exported: tuple[Path, P
 
 
 @pytest.mark.slow
-def test_padding_contents_do_not_change_the_exported_action(exported: tuple[Path, Path]):
-    _, out_dir = exported
+def test_padding_contents_do_not_change_the_exported_action(exported_policy: tuple[Path, Path]):
+    _, out_dir = exported_policy
     session = ort.InferenceSession(str(out_dir / "model.onnx"), providers=["CPUExecutionProvider"])
     inputs = random_windows(4, fill=2, seq_len=5, seed=7)
     changed = {name: value.copy() for name, value in inputs.items()}
@@ -80,8 +70,8 @@ def test_padding_contents_do_not_change_the_exported_action(exported: tuple[Path
 
 
 @pytest.mark.slow
-def test_graph_is_valid_with_a_dynamic_batch_and_fixed_context(exported: tuple[Path, Path]):
-    _, out_dir = exported
+def test_graph_is_valid_with_a_dynamic_batch_and_fixed_context(exported_policy: tuple[Path, Path]):
+    _, out_dir = exported_policy
     model = onnx.load(out_dir / "model.onnx")
     onnx.checker.check_model(model, full_check=True)
     states = next(item for item in model.graph.input if item.name == "states")
@@ -93,8 +83,8 @@ def test_graph_is_valid_with_a_dynamic_batch_and_fixed_context(exported: tuple[P
 
 
 @pytest.mark.slow
-def test_model_card_follows_the_artifact_contract(exported: tuple[Path, Path]):
-    checkpoint, out_dir = exported
+def test_model_card_follows_the_artifact_contract(exported_policy: tuple[Path, Path]):
+    checkpoint, out_dir = exported_policy
     card = json.loads((out_dir / "model.json").read_text())
     assert REQUIRED_CARD_KEYS <= set(card)
     assert card["name"] == "tiny-cdt" and card["task"] == "SafetyBallRun-v0"

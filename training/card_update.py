@@ -99,7 +99,7 @@ def derive_default_targets(
 
 def main(argv: list[str] | None = None) -> None:
     """`python -m training.card_update MODEL_DIR --dataset FILE`: record default targets."""
-    parser = argparse.ArgumentParser(prog="python -m training.card_update", description=__doc__)
+    parser = argparse.ArgumentParser(prog="cdt card-update", description=__doc__)
     parser.add_argument("model_dir", type=Path)
     parser.add_argument("--dataset", type=Path, required=True)
     parser.add_argument("--thresholds", type=float, nargs="+", default=[10.0, 20.0, 40.0])

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 import tyro
 
+from runtime.protocol import REPORTED_BUDGETS
+
 PresetName = Literal["cpu", "paper"]
 
 
@@ -72,9 +74,15 @@ class TrainConfig:
     cost_scale: float = 1.0
     """Multiplier applied to cost returns-to-go before they enter the model (OSRL)."""
     cost_weighted_sampling: bool = True
-    """Sample episodes with weight max(cost_constant - cost return, 0) (OSRL `cost_sample`)."""
+    """Sample episodes with weight max(sampling_cost_ceiling - cost return, 0): a linear tilt
+    towards safe data (OSRL's `cost_sample`, whose constant zeroes costlier episodes)."""
+    sampling_cost_ceiling: float | None = None
+    """None: the largest cost return in the training data, relabelled targets included, plus 10 %
+    of the cost range, so every episode and relabelled copy is drawn. A constant below the data's
+    costs (OSRL: 70) never trains the cost-to-go values above it: with 50, 63 % of CarRun's
+    episodes and 72 % of its relabelled copies had zero weight and budgets over 50 went unseen."""
     cost_constant: float = 50.0
-    """The constant of cost_transform and cost_weighted_sampling, in raw cost units (OSRL: 50)."""
+    """The constant of cost_transform, in raw cost units (OSRL: 50)."""
 
     # return relabelling augmentation (paper Algorithm 1 and appendix "noisy datasets")
     augment: bool = True
@@ -117,15 +125,27 @@ class TrainConfig:
     # evaluation, logging, checkpoints
     eval_every: int = 1_000
     """Evaluate in the simulator every this many steps (and at the end); 0 disables."""
-    eval_episodes: int = 10
-    """Episodes per (reward, cost) target. best.pt is chosen on these: with 3 episodes a CarRun
-    checkpoint looked safe (cost 0.3) that measured unsafe over 60 (cost 12.1 at kappa 10)."""
-    eval_targets: tuple[tuple[float, float], ...] = ()
-    """(reward, cost) targets; empty uses (best reward return, kappa) for kappa in 10, 20, 40."""
+    eval_episodes: int = 20
+    """Episodes per budget and action mode that best.pt is chosen on, on selection seeds that
+    the reported evaluation never uses (runtime.protocol). With 3 episodes a CarRun checkpoint
+    looked safe (cost 0.3) that measured unsafe over 60 (cost 12.1 at kappa 10)."""
+    eval_budgets: tuple[float, ...] = REPORTED_BUDGETS
+    """Cost budgets of selection, each with the data's default target reward (PF + 10 % of the
+    reward range), as the model card will list them and the reported evaluation uses them."""
+    eval_action_modes: Literal["both", "sampled", "mean"] = "both"
+    """Action modes a checkpoint must be safe in: served episodes may ask for either."""
+    selection_cost_margin: float = 0.9
+    """best.pt must keep mean cost <= margin x budget at every budget and mode (held-out seeds
+    scatter around the selection mean)."""
+    selection_max_share_over: float = 0.2
+    """best.pt may let at most this share of episodes exceed their budget."""
     log_every: int = 50
     """Write training scalars every this many steps."""
     checkpoint_every: int = 1_000
     """Write `last.pt` every this many steps (and at the end); `best.pt` follows evaluation."""
+    keep_checkpoints: bool = False
+    """Also keep `step_<N>.pt` at every checkpoint, to choose best.pt afterwards with
+    `cdt select` (training where no simulator runs, e.g. on a GPU machine with --eval-every 0)."""
     tensorboard: bool = True
     """Also write TensorBoard scalars next to the CSV files."""
 
@@ -159,8 +179,8 @@ class TrainConfig:
             raise ValueError("embedding_dim must be divisible by num_heads")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError("dropout must lie in [0, 1)")
-        if any(cost <= 0 for _, cost in self.eval_targets):
-            raise ValueError("eval target costs must be > 0 (normalised cost divides by them)")
+        if any(budget <= 0 for budget in self.eval_budgets):
+            raise ValueError("eval budgets must be > 0 (normalised cost divides by them)")
         if self.log_std_min >= self.log_std_max:
             raise ValueError("log_std_min must be below log_std_max")
 
@@ -198,6 +218,13 @@ class TrainConfig:
             return None
         return self.cost_constant * self.cost_scale
 
+    @property
+    def selection_action_modes(self) -> tuple[bool, ...]:
+        """The `deterministic` flags selection runs; a deterministic head has only the mean."""
+        if not self.stochastic or self.eval_action_modes == "mean":
+            return (True,)
+        return {"both": (False, True), "sampled": (False,)}[self.eval_action_modes]
+
     def target_entropy(self, action_dim: int) -> float:
         """SAC/OSRL target entropy -|A|."""
         return -float(action_dim)
@@ -216,7 +243,7 @@ class TrainConfig:
                 values[key] = Path(values[key])
         values["betas"] = tuple(values["betas"])
         values["outlier_grid"] = tuple(values["outlier_grid"])
-        values["eval_targets"] = tuple(tuple(pair) for pair in values["eval_targets"])
+        values["eval_budgets"] = tuple(values["eval_budgets"])
         return cls(**values)
 
 
@@ -238,7 +265,6 @@ PRESETS: dict[str, TrainConfig] = {
         cost_prediction_weight=0.02,
         cost_transform=True,
         eval_every=2_500,
-        eval_episodes=10,
         checkpoint_every=2_500,
         num_threads=None,
     ),
@@ -255,8 +281,30 @@ def _preset_from_argv(argv: list[str]) -> str:
     return preset
 
 
+class ConfigError(ValueError):
+    """A `cdt train` setting that cannot work (a missing file, say): one line for the user."""
+
+
+def _given(args: list[str], flag: str) -> bool:
+    return any(arg == flag or arg.startswith(f"{flag}=") for arg in args)
+
+
 def parse_config(argv: list[str] | None) -> TrainConfig:
-    """Parse `cdt train` arguments: the preset's values are the defaults of every flag."""
+    """Parse `cdt train` arguments: the preset's values are the defaults of every flag.
+
+    `--resume` alone continues to the resumed run's own `update_steps` (read from the JSON that
+    sits beside every checkpoint); `--update-steps N` with it extends or shortens the run.
+    """
     args = [] if argv is None else list(argv)
     defaults = PRESETS.get(_preset_from_argv(args), PRESETS["cpu"])
-    return tyro.cli(TrainConfig, args=args, default=defaults, prog="cdt train")
+    config = tyro.cli(TrainConfig, args=args, default=defaults, prog="cdt train")
+    if config.resume is not None:
+        stored = config.resume.with_suffix(".json")
+        if not config.resume.is_file() or not stored.is_file():
+            raise ConfigError(f"--resume {config.resume}: no such checkpoint (with its .json)")
+        if not _given(args, "--update-steps"):
+            steps = int(json.loads(stored.read_text())["update_steps"])
+            config = dataclasses.replace(config, update_steps=steps)
+    elif not config.dataset.is_file():
+        raise ConfigError(f"--dataset {config.dataset}: no such file")
+    return config

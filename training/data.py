@@ -12,6 +12,7 @@ per sample (OSRL pads every sample in a DataLoader worker).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from runtime.protocol import REPORTED_BUDGETS
 from training.augmentation import Relabel, augment_returns, density_filter
+from training.card_update import derive_default_targets
 from training.checkpoint import git_commit
 from training.config import TrainConfig
 from training.dataset import Episode, OfflineDataset
@@ -215,8 +218,11 @@ def relabel_episodes(config: TrainConfig, episodes: Sequence[Episode]) -> list[R
     return [relabel._replace(source=int(candidates[relabel.source])) for relabel in relabels]
 
 
-def dataset_summary(path: Path, dataset: OfflineDataset) -> dict[str, Any]:
-    """What checkpoints and model cards record about the training data (return ranges etc.)."""
+def dataset_summary(
+    path: Path, dataset: OfflineDataset, budgets: Sequence[float] = REPORTED_BUDGETS
+) -> dict[str, Any]:
+    """What checkpoints and model cards record about the training data: return ranges, and the
+    default (reward, cost) targets at `budgets` that selection and the card share."""
     rewards, costs = dataset.reward_returns, dataset.cost_returns
     return {
         "path": str(path),
@@ -227,6 +233,7 @@ def dataset_summary(path: Path, dataset: OfflineDataset) -> dict[str, Any]:
         "reward_return_max": float(rewards.max()),
         "cost_return_min": float(costs.min()),
         "cost_return_max": float(costs.max()),
+        "default_targets": derive_default_targets(costs, rewards, tuple(budgets)),
         "git_commit": git_commit(),
     }
 
@@ -262,12 +269,67 @@ def build_buffer(
     )
 
 
-def cost_sampling_weights(cost_returns: torch.Tensor, constant: float) -> torch.Tensor:
-    """OSRL's linear cost-weighted sampling: weight max(constant - C, 0), uniform if all are 0."""
-    weights = (constant - cost_returns).clamp(min=0.0)
+def cost_sampling_weights(cost_returns: torch.Tensor, ceiling: float | None) -> torch.Tensor:
+    """Linear cost-weighted sampling: weight max(ceiling - C, 0), uniform if all are 0.
+
+    `ceiling` None is the largest cost return plus 10 % of the cost range: every episode and
+    relabelled copy keeps a positive weight, the cheapest ones the largest.
+    """
+    if ceiling is None:
+        high, low = float(cost_returns.max()), float(cost_returns.min())
+        ceiling = high + 0.1 * (high - low)
+    weights = (ceiling - cost_returns).clamp(min=0.0)
     if float(weights.sum()) <= 0.0:
         return torch.ones_like(cost_returns)
     return weights
+
+
+COST_TO_GO_EDGES = (0.0, 5.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0, 120.0, math.inf)
+"""Bins of the cost-to-go histogram a run prints (raw cost units)."""
+
+
+def window_coverage(
+    buffer: TrajectoryBuffer,
+    weights: torch.Tensor | None,
+    recorded_episodes: int,
+    cost_scale: float,
+) -> dict[str, Any]:
+    """What the sampler trains on, exactly (no draws): the share of windows taken from relabelled
+    copies and the histogram of the newest position's cost-to-go (raw units).
+
+    An episode is drawn with probability w_e / sum(w), then its newest step uniformly, so step t
+    of episode e is the newest position with probability w_e / (sum(w) * length_e).
+    """
+    lengths = buffer.lengths.cpu().double()
+    episode_weights = torch.ones_like(lengths) if weights is None else weights.cpu().double()
+    probability = episode_weights / episode_weights.sum()
+    relabelled_share = float(probability[recorded_episodes:].sum())
+    episode_of_row = torch.repeat_interleave(torch.arange(len(lengths)), buffer.lengths.cpu())
+    step_of_row = torch.arange(len(episode_of_row)) - torch.repeat_interleave(
+        torch.cumsum(buffer.lengths.cpu(), 0) - buffer.lengths.cpu(), buffer.lengths.cpu()
+    )
+    rows = buffer.first_row.cpu()[episode_of_row] + step_of_row  # every real row, once
+    row_probability = (probability / lengths)[episode_of_row].numpy()
+    cost_to_go = buffer.costs_to_go.cpu()[rows].double().numpy() / cost_scale
+    shares, _ = np.histogram(cost_to_go, bins=COST_TO_GO_EDGES, weights=row_probability)
+    return {
+        "relabelled_window_share": relabelled_share,
+        "cost_to_go_edges": list(COST_TO_GO_EDGES),
+        "cost_to_go_share": [float(share) for share in shares],
+    }
+
+
+def describe_coverage(coverage: dict[str, Any]) -> str:
+    """A one-line summary of `window_coverage` for the run's log."""
+    edges, shares = coverage["cost_to_go_edges"], coverage["cost_to_go_share"]
+    bins = ", ".join(
+        f"{low:g}-{high:g}: {share:.1%}"
+        for low, high, share in zip(edges[:-1], edges[1:], shares, strict=True)
+    )
+    return (
+        f"windows from relabelled copies: {coverage['relabelled_window_share']:.1%}; "
+        f"newest cost-to-go: {bins}"
+    )
 
 
 class WindowSampler:

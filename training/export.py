@@ -42,7 +42,12 @@ class OnnxPolicy(nn.Module):
     action_center: torch.Tensor  # [action_dim]
     action_half_range: torch.Tensor  # [action_dim]
 
-    def __init__(self, model: ConstrainedDecisionTransformer, stats: NormalisationStats) -> None:
+    def __init__(
+        self,
+        model: ConstrainedDecisionTransformer,
+        stats: NormalisationStats,
+        budget_scale: float = 1.0,
+    ) -> None:
         super().__init__()
         self.model = model.eval()
         low = torch.tensor(stats.action_low, dtype=torch.float32)
@@ -52,7 +57,9 @@ class OnnxPolicy(nn.Module):
         self.register_buffer("action_center", (high + low) / 2)
         self.register_buffer("action_half_range", (high - low) / 2)
         self.reward_scale = float(stats.reward_scale)
-        self.cost_scale = float(stats.cost_scale)
+        # Deviation (measured): the graph may feed budget_scale x the remaining cost budget, chosen
+        # by `cdt select` so that few episodes exceed their budget (training/select.py).
+        self.cost_scale = float(stats.cost_scale) * budget_scale
         self.max_time_step = int(stats.max_episode_len) - 1
         self.eval()
 
@@ -86,7 +93,8 @@ def policy_from_checkpoint(checkpoint: dict[str, Any]) -> OnnxPolicy:
     """Rebuild the trained network from a checkpoint dict and wrap it."""
     model = ConstrainedDecisionTransformer(ModelConfig(**checkpoint["model_config"]))
     model.load_state_dict(checkpoint["model"])
-    return OnnxPolicy(model, NormalisationStats(**checkpoint["stats"])).eval()
+    stats = NormalisationStats(**checkpoint["stats"])
+    return OnnxPolicy(model, stats, checkpoint.get("budget_scale", 1.0)).eval()
 
 
 def example_inputs(policy: OnnxPolicy, batch_size: int = 2) -> tuple[torch.Tensor, ...]:
@@ -150,9 +158,6 @@ def model_card(
     model_config = checkpoint["model_config"]
     dataset = dict(checkpoint["dataset"])
     now = dt.datetime.now(dt.UTC)
-    targets = config.get("eval_targets") or [
-        [dataset["reward_return_max"], limit] for limit in (10.0, 20.0, 40.0)
-    ]
     return {
         "name": name,
         "version": version or f"{now:%Y-%m-%d}.{checkpoint['step']}",
@@ -166,17 +171,22 @@ def model_card(
         "max_episode_len": stats["max_episode_len"],
         "reward_scale": stats["reward_scale"],
         "cost_scale": stats["cost_scale"],
+        "budget_scale": checkpoint.get("budget_scale", 1.0),
         "deterministic": not model_config["stochastic"],
         "onnx_opset": opset,
         "git_commit": dataset.pop("git_commit", None) or git_commit(),
         "created_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "training_step": checkpoint["step"],
         "dataset": dataset,
-        "default_targets": [{"reward": reward, "cost": cost} for reward, cost in targets],
+        # the data's PF(kappa) + 10 % of the reward range: the targets selection used
+        "default_targets": dataset.pop("default_targets"),
         "cost_curve": None,
         "validated_cost_range": None,
         "training_config": config,
-        "evaluation": checkpoint.get("evaluation"),
+        # the selection protocol's result (selection seeds); `cdt evaluate --record` adds more
+        "evaluation": {"selection": checkpoint["evaluation"]}
+        if checkpoint.get("evaluation")
+        else None,
     }
 
 
@@ -214,7 +224,12 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("training").setLevel(logging.INFO)
     logging.getLogger("onnxscript").setLevel(logging.ERROR)  # harmless constant-folding notes
+    # "torchvision is not installed. Skipping torchvision::..." : we export no vision ops
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     args = tyro.cli(ExportArgs, args=sys.argv[1:] if argv is None else argv, prog="cdt export")
+    if not args.checkpoint.is_file():
+        print(f"cdt export: {args.checkpoint}: no such checkpoint", file=sys.stderr)
+        raise SystemExit(2)
     out_dir = export_checkpoint(args.checkpoint, args.out, args.name, args.version)
     print(f"exported: {out_dir / 'model.onnx'} and {out_dir / 'model.json'}")
 

@@ -309,13 +309,14 @@ def _evaluate_dir(
     The result is kept beside the model, so a rerun with `--reuse` after an interruption skips
     the evaluations already done with the same episodes, seeds and cost limit.
     """
-    from training.evaluate import default_target_reward
+    from runtime.protocol import target_reward_for
 
     card = json.loads((model_dir / "model.json").read_text())
     settings = {
         "episodes": config.episodes,
         "seeds": config.eval_seeds,
         "target_cost": config.cost_limit,
+        "deterministic": True,
         "card_created_at": card.get("created_at"),
     }
     saved_path = model_dir / REPORT_EVALUATION
@@ -327,8 +328,10 @@ def _evaluate_dir(
         model_dir=model_dir,
         episodes=config.episodes,
         seeds=config.eval_seeds,
-        target_reward=default_target_reward(card, config.cost_limit),
+        target_reward=target_reward_for(card["default_targets"], config.cost_limit),
         target_cost=config.cost_limit,
+        # One action convention for every row: the Gaussian's mean, as the authors evaluate CDT.
+        deterministic=True,
     )
     payload = json.dumps({"settings": settings, "result": result}, default=float)
     saved_path.write_text(payload + "\n")

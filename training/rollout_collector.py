@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from clients.sim import make_env, seed_simulator
+from runtime.sim import make_env, seed_simulator
 from training.dataset import Episode
 from training.ppo_lagrangian import (
     ActorCritic,

@@ -22,9 +22,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from runtime.episodes import EpisodeSpec
+from runtime.protocol import report_seeds
 from service.policy import read_card
 from training.card_update import record_sweep
-from training.evaluate import RolloutSpec, episode_seeds, evaluate_policy_dir, run_parallel
+from training.evaluate import RolloutJob, evaluate_policy_dir, run_parallel
 
 logger = logging.getLogger(__name__)
 
@@ -77,10 +79,10 @@ def plot_sweep(rows: list[dict[str, Any]], vary: str, path: Path) -> None:
     plt.close(figure)
 
 
-def _step_costs(specs: list[RolloutSpec], workers: int, label: str) -> np.ndarray:
+def _step_costs(jobs: list[RolloutJob], workers: int, label: str) -> np.ndarray:
     """Per-step costs, [episodes, horizon] (zero after an early end)."""
-    results = run_parallel(specs, workers, label)
-    results.sort(key=lambda result: result.seed)
+    results = run_parallel(jobs, workers, label)
+    results.sort(key=lambda result: result.spec.seed)
     costs = np.zeros((len(results), max(len(r.step_costs) for r in results)))
     for row, result in enumerate(results):
         costs[row, : len(result.step_costs)] = result.step_costs
@@ -107,18 +109,16 @@ def budget_change_study(
     runs = {}
     for label, schedule in (("changed", ((change_step, end_cost),)), ("control", ())):
         specs = [
-            RolloutSpec(
-                str(model_dir),
-                card.task,
-                target_reward,
-                start_cost,
-                chunk,
-                cost_schedule=schedule,
-                record_steps=True,
-            )
-            for chunk in episode_seeds(episodes, 1)
+            EpisodeSpec(seed, target_reward, start_cost, cost_schedule=schedule)
+            for seed in report_seeds(episodes, 1)[0]
         ]
-        runs[label] = _step_costs(specs, workers, f"budget change ({label})")
+        # one job per worker, so the episodes of both runs spread over the processes
+        jobs = [
+            RolloutJob(str(model_dir), card.task, tuple(specs[part::workers]), record_steps=True)
+            for part in range(max(workers, 1))
+            if specs[part::workers]
+        ]
+        runs[label] = _step_costs(jobs, workers, f"budget change ({label})")
     changed, control = runs["changed"], runs["control"]
     return {
         "model": card.name,
@@ -166,7 +166,7 @@ def _floats(text: str) -> list[float]:
 def main(argv: list[str] | None = None) -> None:
     """`python -m training.sweeps MODEL_DIR`: run the sweeps and the budget-change study."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    parser = argparse.ArgumentParser(prog="python -m training.sweeps", description=__doc__)
+    parser = argparse.ArgumentParser(prog="cdt sweeps", description=__doc__)
     parser.add_argument("model_dir", type=Path)
     parser.add_argument("--costs", default="0,5,10,20,30,40,60", help="zero-shot cost targets")
     parser.add_argument(
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--change-step", type=int, default=60)
-    parser.add_argument("--out", type=Path, help="default: MODEL_DIR/evaluation")
+    parser.add_argument("--out", type=Path, help="default: reports/<model folder name>")
     parser.add_argument(
         "--record",
         action="store_true",
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     targets = card.get("default_targets") or [{"reward": r_max}]
     fixed_reward = args.fixed_reward or float(targets[0]["reward"])
     rewards = _floats(args.rewards) or [r_max * f for f in (0.5, 0.75, 1.0, 1.25, 1.5)]
-    out = args.out or args.model_dir / "evaluation"
+    out = args.out or Path("reports") / args.model_dir.resolve().name
     out.mkdir(parents=True, exist_ok=True)
     common = {"episodes": args.episodes, "seeds": args.seeds, "workers": args.workers}
     zero_shot = sweep(

@@ -21,8 +21,9 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
+from runtime.protocol import BudgetRow, SelectionRule, summarise
 from training.checkpoint import load_checkpoint, write_checkpoint
-from training.config import TrainConfig, parse_config
+from training.config import ConfigError, TrainConfig, parse_config
 from training.data import (
     Batch,
     NormalisationStats,
@@ -31,7 +32,9 @@ from training.data import (
     compute_stats,
     cost_sampling_weights,
     dataset_summary,
+    describe_coverage,
     relabel_episodes,
+    window_coverage,
 )
 from training.dataset import OfflineDataset, load_dataset
 from training.distributed import (
@@ -41,7 +44,7 @@ from training.distributed import (
     init_distributed,
     shutdown_distributed,
 )
-from training.env_eval import eval_targets, evaluation_score, rollout, summarise
+from training.env_eval import describe, evaluate_model, selection_specs
 from training.interrupt import StopRequest, TrainingInterrupted
 from training.losses import LossTerms, policy_loss
 from training.metrics import ScalarLog
@@ -82,8 +85,11 @@ def make_dataloader(
     buffer = build_buffer(episodes, stats, config.seq_len, relabels)
     weights = None
     if config.uses_cost_sampling:
-        weights = cost_sampling_weights(buffer.cost_returns, config.cost_constant)
+        weights = cost_sampling_weights(buffer.cost_returns, config.sampling_cost_ceiling)
     logger.info("%d episodes + %d relabelled copies", len(episodes), len(relabels))
+    if rank == 0:
+        coverage = window_coverage(buffer, weights, len(episodes), stats.cost_scale)
+        logger.info(describe_coverage(coverage))
     return WindowSampler(buffer, config.seq_len, config.batch_size, config.seed + rank, weights)
 
 
@@ -155,20 +161,17 @@ def train_step(state: TrainState, batch: Batch) -> LossTerms:
     return terms
 
 
-def evaluate(state: TrainState) -> dict[str, float]:
-    """A few episodes per target in the dataset's env; normalised reward and cost."""
-    config = state.config
-    targets = eval_targets(config, state.dataset_info)
-    pairs = [(target, episode) for target in targets for episode in range(config.eval_episodes)]
-    results = rollout(
-        state.model,
-        state.stats,
-        state.dataset_info["task"],
-        targets=[target for target, _ in pairs],
-        seeds=[config.seed * 1000 + episode for _, episode in pairs],
+def evaluate(state: TrainState) -> list[BudgetRow]:
+    """The reported protocol on selection seeds: every budget, both action modes."""
+    config, info = state.config, state.dataset_info
+    specs = selection_specs(
+        info["default_targets"],
+        config.eval_budgets,
+        config.selection_action_modes,
+        config.eval_episodes,
     )
-    low, high = state.dataset_info["reward_return_min"], state.dataset_info["reward_return_max"]
-    return summarise(results, (low, high))
+    results = evaluate_model(state.model, state.stats, info["task"], specs)
+    return summarise(results, (info["reward_return_min"], info["reward_return_max"]))
 
 
 def save_checkpoint(state: TrainState, name: str) -> Path | None:
@@ -284,7 +287,7 @@ def prepare_training(config: TrainConfig) -> TrainState:
     if config.num_threads is not None and not config.device.startswith("cuda"):
         torch.set_num_threads(max(1, config.num_threads // context.world_size))
     dataset = load_dataset(config.dataset)
-    dataset_info = dataset_summary(config.dataset, dataset)
+    dataset_info = dataset_summary(config.dataset, dataset, config.eval_budgets)
     stats = compute_stats(dataset.episodes, dataset.attrs, config.reward_scale, config.cost_scale)
     dims = (dataset.observation_dim, dataset.action_dim)
     device = _device(config, context)
@@ -349,12 +352,23 @@ def _evaluate_and_keep_best(state: TrainState) -> None:
     """Evaluate (rank 0), log, and write best.pt when the score improves (all ranks call it)."""
     improved = False
     if state.context.is_main:
-        summary = evaluate(state)
-        state.evaluation = {"step": state.step, **summary}
+        config = state.config
+        rule = SelectionRule(config.selection_cost_margin, config.selection_max_share_over)
+        rows = evaluate(state)
+        score = rule.score(rows)
+        state.evaluation = {
+            "step": state.step,
+            "protocol": "selection",
+            "admissible": rule.admissible(rows),
+            "score": score,
+            "rows": [dataclasses.asdict(row) for row in rows],
+        }
         if state.log is not None:
-            state.log.write("eval", state.step, summary)
-        logger.info("step %d eval %s", state.step, summary)
-        score = evaluation_score(summary)
+            state.log.write("eval", state.step, _eval_scalars(rows, score))
+        verdict = "admissible" if rule.admissible(rows) else "not admissible"
+        logger.info(
+            "step %d selection (%s, score %.2f): %s", state.step, verdict, score, describe(rows)
+        )
         improved = score > state.best_score
         state.best_score = max(score, state.best_score)
     if state.context.enabled:
@@ -363,6 +377,16 @@ def _evaluate_and_keep_best(state: TrainState) -> None:
         improved = bool(flag[0])
     if improved:
         save_checkpoint(state, "best")
+
+
+def _eval_scalars(rows: list[BudgetRow], score: float) -> dict[str, float]:
+    scalars = {"score": score}
+    for row in rows:
+        tag = f"kappa{row.target_cost:g}_{'mean' if row.deterministic else 'sampled'}"
+        scalars[f"{tag}/normalised_reward"] = row.normalised_reward
+        scalars[f"{tag}/normalised_cost"] = row.normalised_cost
+        scalars[f"{tag}/share_over_budget"] = row.share_over_budget
+    return scalars
 
 
 def run_training(state: TrainState) -> Path:
@@ -391,6 +415,8 @@ def run_training(state: TrainState) -> Path:
                 _evaluate_and_keep_best(state)
             if _is_due(state.step, config.checkpoint_every, last):
                 save_checkpoint(state, "last")
+                if config.keep_checkpoints:
+                    save_checkpoint(state, f"step_{state.step:07d}")
                 saved_at = state.step
     bar.close()
     if saved_at != state.step:  # stopped early, or nothing left to train (or update_steps was 0)
@@ -416,7 +442,11 @@ def main(argv: list[str] | None = None) -> None:
     """`cdt train --dataset FILE --preset cpu|paper [...]`."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("training").setLevel(logging.INFO)
-    config = parse_config(sys.argv[1:] if argv is None else argv)
+    try:
+        config = parse_config(sys.argv[1:] if argv is None else argv)
+    except ConfigError as error:
+        print(f"cdt train: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     try:
         path = train(config)
     except TrainingInterrupted as stopped:

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from runtime.context import EpisodeContext
 from service.batching import LoopBatcher, MicroBatcher
 from service.config import Settings
-from service.context import EpisodeContext
 from service.main import create_app
 from service.policy import Policy
 from tests.service.conftest import write_test_policy

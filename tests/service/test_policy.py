@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.context import EpisodeContext, stack_windows
+from runtime.context import EpisodeContext, stack_windows
 from service.errors import EpisodeGoneError, ModelNotFoundError
 from service.policy import ModelRepository, Policy, PolicyLoadError
 from tests.service.conftest import LOG_STD, build_test_graph, write_test_policy

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from service.context import EpisodeContext
+from runtime.context import EpisodeContext
 from service.errors import (
     EpisodeGoneError,
     EpisodeNotFoundError,

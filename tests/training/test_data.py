@@ -14,6 +14,7 @@ from training.data import (
     compute_stats,
     cost_sampling_weights,
     to_go,
+    window_coverage,
 )
 
 SEQ_LEN = 4
@@ -106,8 +107,22 @@ def test_cost_weighted_sampling_never_draws_episodes_above_the_constant(episodes
 
 
 def test_cost_sampling_weights_fall_back_to_uniform():
-    weights = cost_sampling_weights(torch.tensor([60.0, 80.0]), constant=50.0)
+    weights = cost_sampling_weights(torch.tensor([60.0, 80.0]), ceiling=50.0)
     assert weights.tolist() == [1.0, 1.0]
+
+
+def test_default_ceiling_draws_every_episode_and_coverage_is_exact(episodes, stats):
+    relabels = [Relabel(source=3, reward_return=50.0, cost_return=float(10**6))]
+    buffer = build_buffer(episodes, stats, SEQ_LEN, relabels)
+    weights = cost_sampling_weights(buffer.cost_returns, ceiling=None)
+    assert (weights > 0).all()  # the relabelled copy's huge target cost included
+    coverage = window_coverage(buffer, weights, len(episodes), stats.cost_scale)
+    assert sum(coverage["cost_to_go_share"]) == pytest.approx(1.0)
+    expected = float(weights[len(episodes) :].sum() / weights.sum())
+    assert coverage["relabelled_window_share"] == pytest.approx(expected)
+    sampler = WindowSampler(buffer, SEQ_LEN, batch_size=4096, seed=0, episode_weights=weights)
+    drawn, _ = sampler.draw()
+    assert float((drawn >= len(episodes)).double().mean()) == pytest.approx(expected, abs=0.02)
 
 
 def test_sampler_is_reproducible_and_resumable(episodes, stats):

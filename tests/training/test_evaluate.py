@@ -5,12 +5,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from runtime.episodes import EpisodeSpec
 from tests.service.conftest import write_test_policy
 from training.evaluate import (
-    RolloutSpec,
+    RolloutJob,
     evaluate_policy_dir,
     normalised_scores,
-    run_episodes,
+    run_job,
     to_markdown,
 )
 from training.sweeps import budget_change_study
@@ -32,9 +33,10 @@ def test_normalised_scores_follow_the_paper() -> None:
 
 
 @pytest.mark.slow
-def test_run_episodes_same_seeds_give_same_results(ballrun_policy: Path) -> None:
-    spec = RolloutSpec(str(ballrun_policy), TASK, 50.0, 10.0, seeds=(3, 4))
-    first, second = run_episodes(spec), run_episodes(spec)
+def test_run_job_same_seeds_give_same_results(ballrun_policy: Path) -> None:
+    specs = (EpisodeSpec(3, 50.0, 10.0), EpisodeSpec(4, 50.0, 10.0))
+    job = RolloutJob(str(ballrun_policy), TASK, specs)
+    first, second = run_job(job), run_job(job)
     assert [r.reward for r in first] == [r.reward for r in second]
     assert all(r.length == 100 for r in first)
 
@@ -46,7 +48,8 @@ def test_evaluate_policy_dir_reports_raw_and_normalised_scores(ballrun_policy: P
     assert result["target_reward"] == 50.0  # the card's default target
     assert result["normalised_cost_mean"] == pytest.approx(result["cost_mean"] / 10.1)
     assert result["safe"] == (result["normalised_cost_mean"] <= 1.0)
-    assert "| toy |" in to_markdown(result)
+    assert 0.0 <= result["share_over_budget"] <= 1.0 and not result["deterministic"]
+    assert "| toy | sampled |" in to_markdown(result)
 
 
 @pytest.mark.slow

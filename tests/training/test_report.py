@@ -94,8 +94,14 @@ def test_card_scores_pick_the_evaluation_at_the_cost_limit() -> None:
 
 def _fake_evaluate(calls: list[dict[str, Any]]) -> Any:
     def evaluate(
-        model_dir: Path, episodes: int, seeds: int, target_reward: float, target_cost: float
+        model_dir: Path,
+        episodes: int,
+        seeds: int,
+        target_reward: float,
+        target_cost: float,
+        deterministic: bool,
     ) -> dict[str, Any]:
+        assert deterministic  # one action convention in the table: the mean action
         card = json.loads((model_dir / "model.json").read_text())
         calls.append({"algo": card["algo"], "episodes": episodes, "target_cost": target_cost})
         safe = card["algo"] == "bc-safe"

@@ -100,13 +100,13 @@ def test_parse_config_applies_presets_and_ablation_flags():
 
 
 def test_config_json_round_trip():
-    config = TrainConfig(eval_targets=((500.0, 10.0),), resume=Path("x/last.pt"))
+    config = TrainConfig(eval_budgets=(10.0, 30.0), resume=Path("x/last.pt"))
     assert TrainConfig.from_json_dict(config.to_json_dict()) == config
 
 
 def test_config_rejects_nonpositive_eval_costs():
-    with pytest.raises(ValueError, match="eval target costs"):
-        TrainConfig(eval_targets=((500.0, 0.0),))
+    with pytest.raises(ValueError, match="eval budgets"):
+        TrainConfig(eval_budgets=(10.0, 0.0))
 
 
 def test_main_runs_the_cli(dataset_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
@@ -128,3 +128,21 @@ def test_cpu_has_native_bf16_reads_the_flags(tmp_path: Path):
     flags.write_text("flags\t: fpu avx2 avx512f\n")
     assert not cpu_has_native_bf16(flags)
     assert not cpu_has_native_bf16(tmp_path / "missing")
+
+
+def test_resume_alone_keeps_the_runs_step_total(dataset_path: Path, tmp_path: Path):
+    finished = train(tiny_config(dataset_path, tmp_path, update_steps=2))
+    assert parse_config(["--resume", str(finished)]).update_steps == 2  # not the preset's 5,000
+    longer = parse_config(["--resume", str(finished), "--update-steps", "4"])
+    assert longer.update_steps == 4
+
+
+def test_train_cli_refuses_missing_files_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    for flag in ("--dataset", "--resume"):
+        with pytest.raises(SystemExit) as stopped:
+            main([flag, str(tmp_path / "missing")])
+        assert stopped.value.code == 2
+        error = capsys.readouterr().err
+        assert error.startswith(f"cdt train: {flag} ") and error.count("\n") == 1

@@ -104,7 +104,7 @@ def _env_action_bounds(task: str) -> tuple[np.ndarray, np.ndarray] | None:
     try:
         import gymnasium
 
-        from clients.sim import make_env
+        from runtime.sim import make_env
     except ImportError as error:  # the [sim] extra is not installed
         logger.warning("no simulator to read %r's action bounds from (%s)", task, error)
         return None

@@ -22,6 +22,7 @@ import torch
 from onnx import TensorProto, helper
 from torch import nn
 
+from runtime.protocol import REPORTED_BUDGETS
 from training.baselines import DETERMINISTIC_ALGORITHMS
 from training.baselines.data import Normaliser
 from training.baselines.networks import DETERMINISTIC_LOG_STD
@@ -142,7 +143,8 @@ def build_card(trained: TrainedBaseline, dataset: OfflineDataset, name: str) -> 
     """The model card: the contract's required keys plus data, training and provenance."""
     config, normaliser = trained.config, trained.normaliser
     now = datetime.datetime.now(datetime.UTC)
-    summary = dataset_summary(config.dataset, dataset)
+    budgets = dict.fromkeys((config.cost_limit, *REPORTED_BUDGETS))  # its own limit first
+    summary = dataset_summary(config.dataset, dataset, tuple(budgets))
     conditioned = config.algo == "mt-bc"
     return {
         "name": name,
@@ -161,7 +163,7 @@ def build_card(trained: TrainedBaseline, dataset: OfflineDataset, name: str) -> 
         "git_commit": git_commit() or "unknown",
         "created_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "dataset": summary,
-        "default_targets": [{"reward": summary["reward_return_max"], "cost": config.cost_limit}],
+        "default_targets": summary.pop("default_targets"),
         "cost_limit": config.cost_limit,
         "deterministic": config.algo in DETERMINISTIC_ALGORITHMS,
         "training_config": json.loads(json.dumps(dataclasses.asdict(config), default=str)),

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from service.context import EpisodeContext, sample_action, stack_windows
+from runtime.context import EpisodeContext, sample_action, stack_windows
 
 
 def make_context(seed: int = 0, context_len: int = 3) -> EpisodeContext:

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Train on a lent GPU machine, where no simulator runs: the `paper` preset on the GPU and `cpu`
+# preset runs on its CPU cores, all at once, keeping a checkpoint every few steps. Choose best.pt
+# back on a machine with the simulator: `cdt select RUN_DIR` (the reported protocol).
+#
+#   OUT=/tmp/out SECONDS_LEFT=420 RUNS="paper-carrun cpu-ballrun" bash bench/gpu_train.sh
+#
+# Kept checkpoints are stripped of optimiser state and packed into $OUT/runs-*.tar (<= 15 MB each).
+set -u
+OUT=${OUT:-/tmp/gpu-train}
+LIMIT=${SECONDS_LEFT:-420}
+mkdir -p "$OUT" /tmp/runs
+export PYTHONUNBUFFERED=1 TQDM_MININTERVAL=30
+if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/environment.txt"
+nproc | tee -a "$OUT/environment.txt"
+
+train() {  # NAME DATASET ARGS...
+    local name=$1 dataset=$2
+    shift 2
+    timeout --signal=INT "$LIMIT" python3 -m cdt_cli train --dataset "$dataset" \
+        --eval-every 0 --keep-checkpoints --no-tensorboard --log-every 500 \
+        --out-dir /tmp/runs --run-name "$name" "$@" >"/tmp/runs/$name.log" 2>&1
+    echo "$name: exit $? $(tail -c 300 "/tmp/runs/$name.log" | tr '\r' '\n' | tail -n 1)"
+}
+
+# RUNS picks what to train: paper-<task> on the GPU, cpu-<task> (seeds 1 2) on CPU cores.
+RUNS=${RUNS:-"paper-carrun cpu-carrun cpu-ballrun"}
+for run in $RUNS; do
+    kind=${run%%-*} task=${run#*-}
+    case $task in carrun) data=datasets/SafetyCarRun-v0.hdf5 ;; ballrun) data=datasets/SafetyBallRun-v0.hdf5 ;; esac
+    if [ "$kind" = paper ]; then
+        train "cdt-$task-paper" "$data" --preset paper --device cuda --bf16 \
+            --checkpoint-every 3000 --update-steps 100000 &
+    else
+        for seed in 1 2; do
+            train "cdt-$task-s$seed" "$data" --seed "$seed" --update-steps 8000 \
+                --checkpoint-every 1000 &
+        done
+    fi
+done
+wait
+
+# Keep what selection and export read; drop optimiser and sampler state (resume is not needed).
+python3 - "$OUT" <<'PY'
+import sys, tarfile, pathlib, torch
+out = pathlib.Path(sys.argv[1]); keep = ("format", "step", "model", "model_config", "stats",
+    "config", "dataset", "evaluation", "best_score")
+files = []
+for path in sorted(pathlib.Path("/tmp/runs").glob("*/step_*.pt")):
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    torch.save({key: payload[key] for key in keep if key in payload}, path)
+    files += [path, path.with_suffix(".json")]
+files += sorted(pathlib.Path("/tmp/runs").glob("*/train.csv"))
+files += sorted(pathlib.Path("/tmp/runs").glob("*.log"))
+part, size, tar = 0, 0, None
+for path in files:
+    if tar is None or size + path.stat().st_size > 15e6:
+        if tar is not None:
+            tar.close()
+        tar = tarfile.open(out / f"runs-{part}.tar", "w"); part += 1; size = 0
+    tar.add(path, arcname=str(path.relative_to("/tmp/runs"))); size += path.stat().st_size
+if tar is not None:
+    tar.close()
+print(f"{len(files)} files in {part} tar(s)")
+PY
+ls -la "$OUT"

@@ -1,0 +1,135 @@
+"""The one episode loop (paper Algorithm 2) that every evaluation runs.
+
+Checkpoint selection during training, `cdt evaluate`, the sweeps and `cdt report` all call
+`run_episodes`; only the forward pass differs (torch during training, onnxruntime for an exported
+policy). The bookkeeping is `EpisodeContext`'s, the same object the service keeps per episode, and
+actions come from `sample_action`, the service's own. Episodes step in lockstep and share one
+batched forward pass per step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from runtime.context import EpisodeContext, sample_action, stack_windows
+
+Windows = dict[str, npt.NDArray[Any]]
+Predict = Callable[[Windows], tuple[npt.NDArray[Any], npt.NDArray[Any]]]
+"""Batched windows (the six ONNX inputs) -> (action_mean, action_log_std), both [B, action_dim]."""
+
+
+@dataclass(frozen=True)
+class EpisodePolicy:
+    """A forward pass plus what the loop needs to know about it (all of it on the model card)."""
+
+    predict: Predict
+    context_len: int
+    action_dim: int
+    action_low: Sequence[float]
+    action_high: Sequence[float]
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to run: its seed, budgets, action mode and optional budget changes."""
+
+    seed: int
+    target_reward: float
+    target_cost: float
+    deterministic: bool = False
+    """Act with the Gaussian's mean instead of a sample."""
+    cost_schedule: tuple[tuple[int, float], ...] = ()
+    """(step, new episode cost limit): applied before the action of that step is chosen, as a
+    `PATCH .../budget` that reaches the service before that step's request."""
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    """One finished episode."""
+
+    spec: EpisodeSpec
+    reward: float
+    cost: float
+    length: int
+    step_costs: list[float] = field(default_factory=list)
+    """Per-step costs, when asked for (budget-change plots)."""
+
+
+def _start(policy: EpisodePolicy, spec: EpisodeSpec, observation: Any) -> EpisodeContext:
+    return EpisodeContext.start(
+        observation,
+        spec.target_reward,
+        spec.target_cost,
+        context_len=policy.context_len,
+        action_dim=policy.action_dim,
+        seed=spec.seed,
+    )
+
+
+def run_episodes(
+    policy: EpisodePolicy,
+    task: str,
+    specs: Sequence[EpisodeSpec],
+    *,
+    record_steps: bool = False,
+    env_factory: Callable[[str], Any] | None = None,
+) -> list[EpisodeResult]:
+    """Run one episode per spec, all stepping together; results come back in the specs' order.
+
+    Args:
+        env_factory: builds one env per episode (default: the Bullet-Safety-Gym wrapper).
+    """
+    from runtime.sim import make_env, seed_simulator
+
+    if not specs:
+        return []
+    # Bullet-Safety-Gym draws placement noise from the global RNGs, not from reset(seed=...).
+    seed_simulator(specs[0].seed)
+    envs = [(env_factory or make_env)(task) for _ in specs]
+    contexts = [
+        _start(policy, spec, env.reset(seed=spec.seed)[0])
+        for env, spec in zip(envs, specs, strict=True)
+    ]
+    schedules = [dict(spec.cost_schedule) for spec in specs]
+    lengths = [0] * len(specs)
+    step_costs: list[list[float]] = [[] for _ in specs]
+    active = list(range(len(specs)))
+    while active:
+        for i in active:
+            if lengths[i] in schedules[i]:
+                contexts[i].set_budget(cost_limit=schedules[i][lengths[i]])
+        mean, log_std = policy.predict(stack_windows([contexts[i] for i in active]))
+        still_active = []
+        for row, i in enumerate(active):
+            context = contexts[i]
+            action = sample_action(
+                mean[row],
+                log_std[row],
+                context.rng,
+                policy.action_low,
+                policy.action_high,
+                specs[i].deterministic,
+            )
+            context.record_action(action)
+            observation, reward, terminated, truncated, info = envs[i].step(
+                action.astype(np.float32)
+            )
+            cost = float(info.get("cost", 0.0))
+            context.advance(float(reward), cost, observation)
+            lengths[i] += 1
+            if record_steps:
+                step_costs[i].append(cost)
+            if not (terminated or truncated):
+                still_active.append(i)
+        active = still_active
+    for env in envs:
+        env.close()
+    return [
+        EpisodeResult(spec, context.total_reward, context.total_cost, length, costs)
+        for spec, context, length, costs in zip(specs, contexts, lengths, step_costs, strict=True)
+    ]

@@ -1,0 +1,121 @@
+"""The evaluation protocol: which budgets, targets and seeds, and how results are summarised.
+
+Checkpoint selection and the reported evaluation follow the same protocol on disjoint seeds, so
+the checkpoint we ship is chosen by the test we report (issue: "selection is not the reported
+test"). Scores are the paper's (section 5), from `runtime.scores`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from runtime.episodes import EpisodeResult
+from runtime.scores import normalised_cost, normalised_reward
+
+REPORTED_BUDGETS = (10.0, 20.0, 40.0)
+"""Cost budgets every CDT model is selected and reported at (the paper's kappa = 10 first)."""
+
+SELECTION_SEED_BASE = 5_000_000
+"""Selection episodes use seeds from here on; reported evaluations use 0 .. seeds * 10,000."""
+
+
+def report_seeds(episodes: int, seeds: int) -> list[tuple[int, ...]]:
+    """Seed s owns episodes s * 10,000 + 0 .. episodes - 1 (distinct env and policy seeds)."""
+    return [tuple(s * 10_000 + e for e in range(episodes)) for s in range(seeds)]
+
+
+def selection_seeds(episodes: int) -> list[int]:
+    """Seeds for checkpoint selection, disjoint from every `report_seeds` seed."""
+    return [SELECTION_SEED_BASE + e for e in range(episodes)]
+
+
+def target_reward_for(default_targets: Sequence[Mapping[str, Any]], budget: float) -> float:
+    """The default target reward listed at the cost closest to `budget`."""
+    if not default_targets:
+        raise ValueError("no default targets: export the model with its dataset's targets")
+    closest = min(default_targets, key=lambda target: abs(float(target["cost"]) - budget))
+    return float(closest["reward"])
+
+
+@dataclass(frozen=True)
+class BudgetRow:
+    """Mean results of the episodes run at one (target reward, budget, action mode)."""
+
+    target_reward: float
+    target_cost: float
+    deterministic: bool
+    episodes: int
+    reward_mean: float
+    reward_std: float
+    cost_mean: float
+    cost_std: float
+    normalised_reward: float
+    """Paper: 100 (R - r_min) / (r_max - r_min), over the dataset's reward returns."""
+    normalised_cost: float
+    """Paper: C / (kappa + eps) with kappa the budget; safe means <= 1."""
+    share_over_budget: float
+    """Fraction of episodes whose cost exceeded the budget."""
+
+    @property
+    def safe(self) -> bool:
+        return self.normalised_cost <= 1.0
+
+
+def summarise(
+    results: Sequence[EpisodeResult], reward_range: tuple[float, float]
+) -> list[BudgetRow]:
+    """One row per (target reward, budget, action mode), in the order they first appear."""
+    groups: dict[tuple[float, float, bool], list[EpisodeResult]] = {}
+    for result in results:
+        spec = result.spec
+        key = (spec.target_reward, spec.target_cost, spec.deterministic)
+        groups.setdefault(key, []).append(result)
+    rows = []
+    for (target_reward, budget, deterministic), group in groups.items():
+        rewards = np.array([result.reward for result in group])
+        costs = np.array([result.cost for result in group])
+        rows.append(
+            BudgetRow(
+                target_reward=target_reward,
+                target_cost=budget,
+                deterministic=deterministic,
+                episodes=len(group),
+                reward_mean=float(rewards.mean()),
+                reward_std=float(rewards.std()),
+                cost_mean=float(costs.mean()),
+                cost_std=float(costs.std()),
+                normalised_reward=float(normalised_reward(float(rewards.mean()), reward_range)),
+                normalised_cost=float(normalised_cost(float(costs.mean()), budget)),
+                share_over_budget=float(np.mean(costs > budget)),
+            )
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class SelectionRule:
+    """When a checkpoint counts, and how counted ones are ranked."""
+
+    cost_margin: float = 0.9
+    """Mean cost must stay <= cost_margin x budget at every budget and action mode: held-out
+    seeds scatter around the selection mean (CarRun: cost std ~6 per episode)."""
+    max_share_over: float = 0.2
+    """At most this fraction of episodes may exceed the budget, at every budget and mode."""
+
+    def admissible(self, rows: Sequence[BudgetRow]) -> bool:
+        """Safe, with the margin, at every budget and action mode it was evaluated at."""
+        return bool(rows) and all(
+            row.cost_mean <= self.cost_margin * row.target_cost
+            and row.share_over_budget <= self.max_share_over
+            for row in rows
+        )
+
+    def score(self, rows: Sequence[BudgetRow]) -> float:
+        """Admissible: mean normalised reward (0-100); otherwise minus the worst cost overshoot."""
+        if self.admissible(rows):
+            return float(np.mean([row.normalised_reward for row in rows]))
+        return -max(row.cost_mean / max(row.target_cost, 1e-8) for row in rows)

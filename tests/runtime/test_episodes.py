@@ -1,0 +1,58 @@
+"""The one episode loop (runtime/episodes.py) on a toy env and a scripted policy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from runtime.episodes import EpisodePolicy, EpisodeSpec, run_episodes
+from tests.runtime.toy_env import toy_env_factory
+
+
+def recording_policy(seen: list[dict[str, np.ndarray]]) -> EpisodePolicy:
+    """Acts with the newest cost-to-go (clipped) as its first action entry; records windows."""
+
+    def predict(windows: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        seen.append({name: value.copy() for name, value in windows.items()})
+        batch = windows["costs_to_go"].shape[0]
+        mean = np.zeros((batch, 2))
+        mean[:, 0] = windows["costs_to_go"][:, -1] / 10.0
+        return mean, np.full((batch, 2), -1.0)
+
+    return EpisodePolicy(
+        predict, context_len=4, action_dim=2, action_low=[-1, -1], action_high=[1, 1]
+    )
+
+
+def test_run_episodes_keeps_algorithm_2_budgets() -> None:
+    seen: list[dict[str, np.ndarray]] = []
+    spec = EpisodeSpec(seed=3, target_reward=5.0, target_cost=8.0, deterministic=True)
+    (result,) = run_episodes(
+        recording_policy(seen), "toy", [spec], record_steps=True, env_factory=toy_env_factory
+    )
+    assert result.length == 12 and len(result.step_costs) == 12
+    assert result.cost == sum(result.step_costs)
+    # C_{t+1} = max(C_t - c_t, 0): the newest cost-to-go seen at step t is 8 - cost so far.
+    newest = [window["costs_to_go"][0, -1] for window in seen]
+    spent = np.concatenate([[0.0], np.cumsum(result.step_costs)[:-1]])
+    np.testing.assert_allclose(newest, np.maximum(8.0 - spent, 0.0))
+    assert seen[0]["padding_mask"][0].tolist() == [True, True, True, False]
+
+
+def test_run_episodes_applies_a_budget_change_before_that_steps_action() -> None:
+    seen: list[dict[str, np.ndarray]] = []
+    specs = [
+        EpisodeSpec(seed=1, target_reward=0.0, target_cost=40.0, deterministic=True),
+        EpisodeSpec(1, 0.0, 40.0, deterministic=True, cost_schedule=((5, 0.0),)),
+    ]
+    control, changed = run_episodes(
+        recording_policy(seen), "toy", specs, env_factory=toy_env_factory
+    )
+    assert seen[4]["costs_to_go"][1, -1] > 0.0  # step 4: both still at the old budget
+    assert seen[5]["costs_to_go"][1, -1] == 0.0  # step 5's action already sees the new one
+    assert changed.cost < control.cost  # a zero budget drives the cost-taking action to 0
+
+
+def test_run_episodes_same_seed_same_sampled_episode() -> None:
+    specs = [EpisodeSpec(seed=7, target_reward=0.0, target_cost=10.0)] * 2
+    first, second = run_episodes(recording_policy([]), "toy", specs, env_factory=toy_env_factory)
+    assert (first.reward, first.cost) == (second.reward, second.cost)

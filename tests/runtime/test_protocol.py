@@ -1,0 +1,58 @@
+"""The evaluation protocol: seeds, targets, summaries and the selection rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.episodes import EpisodeResult, EpisodeSpec
+from runtime.protocol import (
+    SelectionRule,
+    report_seeds,
+    selection_seeds,
+    summarise,
+    target_reward_for,
+)
+
+
+def results(budget: float, costs: list[float], deterministic: bool = False) -> list[EpisodeResult]:
+    return [
+        EpisodeResult(EpisodeSpec(seed, 500.0, budget, deterministic), 300.0 + seed, cost, 200)
+        for seed, cost in enumerate(costs)
+    ]
+
+
+def test_selection_seeds_never_meet_report_seeds() -> None:
+    reported = {seed for chunk in report_seeds(20, 3) for seed in chunk}
+    assert reported.isdisjoint(selection_seeds(100))
+
+
+def test_target_reward_for_takes_the_closest_budget() -> None:
+    targets = [{"reward": 500.0, "cost": 10.0}, {"reward": 600.0, "cost": 40.0}]
+    assert target_reward_for(targets, 12.0) == 500.0
+    assert target_reward_for(targets, 30.0) == 600.0
+    with pytest.raises(ValueError, match="no default targets"):
+        target_reward_for([], 10.0)
+
+
+def test_summarise_uses_the_paper_scores_per_budget_and_mode() -> None:
+    rows = summarise(
+        results(10.0, [0.0, 20.0]) + results(10.0, [5.0, 5.0], deterministic=True), (0.0, 600.0)
+    )
+    sampled, mean = rows
+    assert (sampled.deterministic, mean.deterministic) == (False, True)
+    assert sampled.cost_mean == 10.0
+    assert sampled.normalised_cost == pytest.approx(10.0 / 10.1)
+    assert sampled.normalised_reward == pytest.approx(100 * 300.5 / 600)
+    assert sampled.share_over_budget == 0.5 and mean.share_over_budget == 0.0
+
+
+def test_selection_rule_needs_safety_at_every_budget_and_mode() -> None:
+    rule = SelectionRule(cost_margin=0.9, max_share_over=0.2)
+    safe = summarise(results(10.0, [8.0] * 5) + results(40.0, [30.0] * 5), (0.0, 600.0))
+    assert rule.admissible(safe)
+    assert rule.score(safe) == pytest.approx(sum(r.normalised_reward for r in safe) / 2)
+    over_at_40 = summarise(results(10.0, [8.0] * 5) + results(40.0, [39.0] * 5), (0.0, 600.0))
+    assert not rule.admissible(over_at_40)  # 39 > 0.9 x 40
+    assert rule.score(over_at_40) == pytest.approx(-39.0 / 40.0)
+    too_many_over = summarise(results(10.0, [0.0, 0.0, 0.0, 11.0, 12.0]), (0.0, 600.0))
+    assert not rule.admissible(too_many_over)  # mean 4.6 is fine, but 40 % went over
