@@ -1,7 +1,7 @@
 """Per-step serving latency and throughput, next to the raw onnxruntime call for the same model.
 
     python bench/serve_latency.py                     # synthetic CDT-sized graph (needs `onnx`)
-    python bench/serve_latency.py --model-dir models/cdt-carrun --compare-batching
+    python bench/serve_latency.py --model-dir models/cdt-carrun-paper --compare-batching
 
 Starts a real uvicorn server (`service.main:create_app --factory`) on 127.0.0.1 in a subprocess,
 drives it over websocket (`websockets`) and REST (a minimal keep-alive HTTP/1.1 client, so the

@@ -1,7 +1,7 @@
 """Websocket client for `WS /v1/stream`: several episodes over one socket (`websockets`).
 
     async with connect_stream("http://127.0.0.1:8000") as stream:
-        reply = await stream.start("cdt-carrun", 575.0, 10.0, observation, seed=0)
+        reply = await stream.start("cdt-carrun-paper", 575.0, 10.0, observation, seed=0)
         reply = await stream.step(reply.episode_id, observation, reward, cost, step=1)
         summary = await stream.end(reply.episode_id)
 

@@ -4,7 +4,7 @@ Two batchers, one per way the service runs episode calls (`EpisodeService.inline
 
 - `LoopBatcher`, always on for the inline path (in-memory store, the default): requests woken
   in the same event-loop turn share one forward pass, and nothing waits for company. Measured
-  with bench/serve_latency.py on cdt-ballrun (2-core CPU, load generator on the same cores):
+  with bench/serve_latency.py on a 2 x 64 x 4 CDT (2-core CPU, load generator on the same cores):
   64 websocket episodes went from ~1,300 to ~2,650 steps/s; one episode's p50 did not move.
 - `MicroBatcher`, opt-in (`Settings.batching`) for the threadpool path (Redis store, or
   `inline_steps` off): a worker thread collects windows for up to `batch_max_wait_ms`. On the

@@ -44,6 +44,9 @@ def torch_episode_policy(
     )
 
 
+EPISODES_AT_ONCE = 60
+"""Episodes stepped together in one evaluation chunk (memory, not speed, sets it)."""
+
 _INPUT_ORDER = ("states", "actions", "returns_to_go", "costs_to_go", "time_steps", "padding_mask")
 
 
@@ -71,8 +74,14 @@ def evaluate_model(
 ) -> list[EpisodeResult]:
     """Run `specs` with the model in eval mode; its training mode is restored afterwards."""
     was_training = model.training
+    policy = torch_episode_policy(model, stats, budget_scale)
     try:
-        return run_episodes(torch_episode_policy(model, stats, budget_scale), task, specs)
+        # in chunks: one Bullet env holds ~90 MB, and 120 of them at once took 10.7 GB
+        return [
+            result
+            for start in range(0, len(specs), EPISODES_AT_ONCE)
+            for result in run_episodes(policy, task, specs[start : start + EPISODES_AT_ONCE])
+        ]
     finally:
         model.train(was_training)
 

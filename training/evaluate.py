@@ -136,6 +136,9 @@ def evaluate_policy_dir(
         Raw and normalised reward and cost with spread across seeds, plus the settings used.
     """
     card = read_card(Path(model_dir))
+    reward_range = card.reward_return_range
+    if reward_range is None:
+        raise SystemExit(f"cdt evaluate: {model_dir}: the card has no dataset reward range")
     if target_reward is None:
         target_reward = target_reward_for(card.model_dump()["default_targets"], target_cost)
     jobs = [
@@ -148,8 +151,6 @@ def evaluate_policy_dir(
     ]
     label = f"evaluate {card.name} @ cost {target_cost:g} ({_mode(deterministic)})"
     results = run_parallel(jobs, workers, label)
-    dataset = card.model_dump().get("dataset") or {}
-    reward_range = (float(dataset["reward_return_min"]), float(dataset["reward_return_max"]))
     return {
         "model": card.name,
         "version": card.version,

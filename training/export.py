@@ -212,7 +212,7 @@ class ExportArgs:
     checkpoint: Annotated[Path, tyro.conf.Positional]
     """Checkpoint written by `cdt train` (e.g. runs/NAME/last.pt or best.pt)."""
     out: Path
-    """Output folder, e.g. models/cdt-carrun/ (created if missing)."""
+    """Output folder, e.g. models/my-carrun/ (created if missing)."""
     name: str | None = None
     """Model name in the card; defaults to the output folder's name."""
     version: str | None = None

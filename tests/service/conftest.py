@@ -107,6 +107,7 @@ def write_test_policy(
         "context_len": context_len,
         "max_episode_len": 100,
         "default_targets": [{"reward": 50.0, "cost": 10.0}],
+        "dataset": {"reward_return_min": 0.0, "reward_return_max": 100.0},
         "validated_cost_range": list(validated_cost_range) if validated_cost_range else None,
         "training_config": {"seed": 0},
     }
