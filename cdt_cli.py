@@ -11,15 +11,24 @@ import sys
 
 # subcommand -> (module with `main(argv)`, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "collect": ("training.collect", "collect an offline dataset with PPO-Lagrangian (PID)"),
-    "dataset": ("training.dataset_cli", "inspect, reduce or add outliers to a dataset"),
-    "train": ("training.train", "train CDT or a baseline on a dataset"),
-    "select": ("training.select", "choose best.pt among a run's kept checkpoints (simulator)"),
+    "collect": ("training.collect.cli", "collect an offline dataset with PPO-Lagrangian (PID)"),
+    "dataset": ("training.data.cli", "inspect, reduce or add outliers to a dataset"),
+    "train": ("training.learn.train", "train CDT or a baseline on a dataset"),
+    "select": (
+        "training.evaluation.select",
+        "choose best.pt among a run's kept checkpoints (simulator)",
+    ),
     "export": ("training.export", "export a checkpoint to models/NAME/ (ONNX + model card)"),
-    "evaluate": ("training.evaluate", "evaluate an exported policy in the simulator"),
-    "sweeps": ("training.sweeps", "zero-shot / conflicting-target sweeps and the budget change"),
+    "evaluate": ("training.evaluation.evaluate", "evaluate an exported policy in the simulator"),
+    "sweeps": (
+        "training.evaluation.sweeps",
+        "zero-shot / conflicting-target sweeps and the budget change",
+    ),
     "card-update": ("training.card_update", "re-derive a model card's default targets"),
-    "report": ("training.report", "run the algorithm x task grid and write paper-style tables"),
+    "report": (
+        "training.evaluation.report",
+        "run the algorithm x task grid and write paper-style tables",
+    ),
     "serve": ("service.cli", "serve the model repository over REST and websocket"),
     "rollout": ("clients.rollout", "drive a simulator through a running service"),
 }
@@ -27,7 +36,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 def _usage() -> str:
     lines = ["usage: cdt <command> [options]", "", "commands:"]
-    lines += [f"  {name:<10} {text}" for name, (_, text) in SUBCOMMANDS.items()]
+    lines += [f"  {name:<12} {text}" for name, (_, text) in SUBCOMMANDS.items()]
     lines += ["", "Run `cdt <command> --help` for the options of one command; `cdt --version`."]
     return "\n".join(lines)
 

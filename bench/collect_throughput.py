@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from runtime.sim import make_env
-from training.ppo_lagrangian import ActorCritic, PpoSettings, RunningNormaliser, ppo_update
-from training.rollout_collector import EpisodeRecorder, collect_epoch, make_envs
+from training.collect.ppo_lagrangian import ActorCritic, PpoSettings, RunningNormaliser, ppo_update
+from training.collect.rollout_collector import EpisodeRecorder, collect_epoch, make_envs
 
 
 def bare_simulator(task: str, steps: int) -> float:

@@ -3,7 +3,7 @@
 #
 #   bash bench/gpu_check.sh            # OUT=folder for results (default /tmp/gpu-check)
 #
-# 1. the CUDA tests (tests/training/test_train_cuda.py: GPU batches, resume, bf16, export);
+# 1. the CUDA tests (tests/training/learn/test_train_cuda.py: GPU batches, resume, bf16, export);
 # 2. torchrun with one process on nccl (the DistributedDataParallel path on a GPU);
 # 3. bench/train_throughput.py on the GPU, fp32 and bf16, batch 256 and 2048;
 # 4. the `paper` preset on CarRun for PAPER_SECONDS of wall clock (checkpoints every 2,000 steps,
@@ -34,7 +34,7 @@ stage environment
 
 stage "CUDA tests"
 timeout 120 python3 -m pytest -q -p no:cacheprovider -o filterwarnings= -m gpu \
-    tests/training/test_train_cuda.py >"$OUT/gpu_tests.txt" 2>&1
+    tests/training/learn/test_train_cuda.py >"$OUT/gpu_tests.txt" 2>&1
 tail -n 15 "$OUT/gpu_tests.txt"
 
 stage "torchrun, 1 process"

@@ -10,7 +10,7 @@ the slow one on identical batches.
     python -m bench.train_throughput --batch-sizes 256 --compile --bf16
 
 Options measured (TrainConfig fields unless noted):
-- prebuilt_batches (bench only): one gather from pre-padded tensors (training/data.py) instead of
+- prebuilt_batches (bench only): one gather from pre-padded tensors (data/windows.py) instead of
   building every window in Python and padding it, as OSRL's DataLoader does;
 - fused_attention: scaled_dot_product_attention instead of the written-out softmax;
 - skip_unread_outputs: the last block computes only the tokens the losses read;
@@ -39,11 +39,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from training.config import TrainConfig
-from training.data import Batch, WindowSampler
-from training.dataset import Episode, save_dataset
-from training.losses import LossTerms
-from training.train import TrainState, prepare_training, train_step
+from training.data.dataset import Episode, save_dataset
+from training.data.windows import Batch, WindowSampler
+from training.learn.config import TrainConfig
+from training.learn.losses import LossTerms
+from training.learn.train import TrainState, prepare_training, train_step
 
 SPEED_OPTIONS = ("prebuilt_batches", "fused_attention", "skip_unread_outputs", "fast_dropout")
 REFERENCE_S_PER_STEP = {256: 0.55, 2048: 8.9}  # the authors' implementation, from the issue

@@ -21,7 +21,7 @@ def exported_policy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Pat
     graph; exported once per session (an export takes seconds)."""
     from tests.training.cdt_synthetic import tiny_config, write_dataset
     from training.export import export_checkpoint
-    from training.train import train
+    from training.learn.train import train
 
     root = tmp_path_factory.mktemp("export")
     dataset = write_dataset(root / "tiny.hdf5")

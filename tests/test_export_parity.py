@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from tests.training.cdt_synthetic import tiny_config, write_dataset
-from training.checkpoint import load_checkpoint
 from training.export import INPUT_NAMES, OnnxPolicy, main, policy_from_checkpoint
-from training.train import train
+from training.learn.checkpoint import load_checkpoint
+from training.learn.train import train
 
 REQUIRED_CARD_KEYS = {
     "name", "version", "task", "observation_dim", "action_dim", "action_low", "action_high",

@@ -24,9 +24,10 @@ import torch
 import tyro
 from torch import nn
 
-from training.checkpoint import git_commit, load_checkpoint
-from training.data import NormalisationStats
-from training.model import ConstrainedDecisionTransformer, ModelConfig
+from training.data.windows import NormalisationStats
+from training.learn.checkpoint import load_checkpoint
+from training.learn.model import ConstrainedDecisionTransformer, ModelConfig
+from training.provenance import git_commit
 
 logger = logging.getLogger(__name__)
 INPUT_NAMES = ["states", "actions", "returns_to_go", "costs_to_go", "time_steps", "padding_mask"]
@@ -58,7 +59,7 @@ class OnnxPolicy(nn.Module):
         self.register_buffer("action_half_range", (high - low) / 2)
         self.reward_scale = float(stats.reward_scale)
         # Deviation (measured): the graph may feed budget_scale x the remaining cost budget, chosen
-        # by `cdt select` so that few episodes exceed their budget (training/select.py).
+        # by `cdt select` so that few episodes exceed their budget (training/evaluation/select.py).
         self.cost_scale = float(stats.cost_scale) * budget_scale
         self.max_time_step = int(stats.max_episode_len) - 1
         self.eval()

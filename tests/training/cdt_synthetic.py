@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from training.config import TrainConfig
-from training.dataset import Episode, save_dataset
+from training.data.dataset import Episode, save_dataset
+from training.learn.config import TrainConfig
 
 STATE_DIM, ACTION_DIM = 7, 2
 

@@ -20,7 +20,7 @@ from training.baselines.config import BaselineConfig
 from training.baselines.data import TransitionBatch
 from training.baselines.networks import DeterministicActor
 from training.baselines.trainer import TrainedBaseline, TrainingContext, adam, step, train_with
-from training.dataset import OfflineDataset
+from training.data.dataset import OfflineDataset
 
 
 class BCHead(nn.Module):

@@ -22,7 +22,7 @@ from training.baselines.critics import LagrangianCritics
 from training.baselines.data import TransitionBatch
 from training.baselines.networks import ConditionalVAE, PerturbationActor, soft_update
 from training.baselines.trainer import TrainedBaseline, TrainingContext, adam, step, train_with
-from training.dataset import OfflineDataset
+from training.data.dataset import OfflineDataset
 
 
 class BCQHead(nn.Module):

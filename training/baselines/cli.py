@@ -12,7 +12,7 @@ import tyro
 
 from training.baselines.config import BaselineConfig
 from training.baselines.registry import train_and_export
-from training.dataset import DatasetError
+from training.data.dataset import DatasetError
 
 
 def main(argv: list[str] | None = None) -> None:

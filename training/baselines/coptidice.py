@@ -23,7 +23,7 @@ from training.baselines.data import TransitionBatch
 from training.baselines.lagrangian import per_step_threshold
 from training.baselines.networks import QEnsemble, SquashedGaussianActor, SquashedGaussianHead
 from training.baselines.trainer import TrainedBaseline, TrainingContext, adam, step, train_with
-from training.dataset import OfflineDataset
+from training.data.dataset import OfflineDataset
 
 
 def soft_chi_divergence(ratio: torch.Tensor) -> torch.Tensor:

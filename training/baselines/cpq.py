@@ -30,7 +30,7 @@ from training.baselines.networks import (
     soft_update,
 )
 from training.baselines.trainer import TrainedBaseline, TrainingContext, adam, step, train_with
-from training.dataset import OfflineDataset
+from training.data.dataset import OfflineDataset
 
 
 class CPQLearner(nn.Module):

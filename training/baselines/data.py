@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from training.baselines.config import BaselineConfig
-from training.dataset import Episode, OfflineDataset
-from training.frontiers import pareto_indices
+from training.data.dataset import Episode, OfflineDataset
+from training.data.frontiers import pareto_indices
 
 logger = logging.getLogger(__name__)
 

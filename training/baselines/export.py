@@ -27,9 +27,9 @@ from training.baselines import DETERMINISTIC_ALGORITHMS
 from training.baselines.data import Normaliser
 from training.baselines.networks import DETERMINISTIC_LOG_STD
 from training.baselines.trainer import TrainedBaseline
-from training.checkpoint import git_commit
-from training.data import dataset_summary
-from training.dataset import OfflineDataset
+from training.data.dataset import OfflineDataset
+from training.data.windows import dataset_summary
+from training.provenance import git_commit
 
 ONNX_OPSET = 17
 CONTEXT_LEN = 1

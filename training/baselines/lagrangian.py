@@ -9,7 +9,7 @@ kappa * (1 - gamma^T) / ((1 - gamma) * T).
 
 from __future__ import annotations
 
-from training.ppo_lagrangian import PidLagrangian
+from training.collect.ppo_lagrangian import PidLagrangian
 
 
 def per_step_threshold(cost_limit: float, gamma: float, episode_len: int) -> float:

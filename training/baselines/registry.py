@@ -14,7 +14,7 @@ from training.baselines.coptidice import train_coptidice
 from training.baselines.cpq import train_cpq
 from training.baselines.export import export_baseline
 from training.baselines.trainer import TrainedBaseline
-from training.dataset import OfflineDataset, load_dataset
+from training.data.dataset import OfflineDataset, load_dataset
 
 TrainFunction = Callable[[BaselineConfig, OfflineDataset], TrainedBaseline]
 

@@ -29,7 +29,7 @@ from training.baselines.data import (
     make_normaliser,
     select_episodes,
 )
-from training.dataset import OfflineDataset
+from training.data.dataset import OfflineDataset
 
 logger = logging.getLogger(__name__)
 

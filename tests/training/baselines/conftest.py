@@ -11,7 +11,7 @@ import torch
 
 from tests.training.baselines.synthetic import ACTION_HIGH, ACTION_LOW, COST_LIMIT, tiny_episodes
 from training.baselines.config import BaselineConfig
-from training.dataset import OfflineDataset
+from training.data.dataset import OfflineDataset
 
 
 @pytest.fixture(scope="session")

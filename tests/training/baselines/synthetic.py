@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from training.dataset import Episode
+from training.data.dataset import Episode
 
 OBSERVATION_DIM, ACTION_DIM, EPISODE_LEN, EPISODES = 3, 2, 12, 24
 ACTION_LOW, ACTION_HIGH = (-1.0, -2.0), (1.0, 2.0)

@@ -13,7 +13,7 @@ from training.baselines import ALGORITHMS
 from training.baselines.config import Algorithm, BaselineConfig
 from training.baselines.lagrangian import CostMultiplier, per_step_threshold
 from training.baselines.registry import TRAINERS, train_baseline
-from training.dataset import OfflineDataset
+from training.data.dataset import OfflineDataset
 
 # The supervised parts each algorithm fits: behaviour models and critics (whose TD targets
 # settle fast with gamma = 0.5); COptiDICE's weighted likelihood.

@@ -9,7 +9,7 @@ import pytest
 
 from tests.training.baselines.synthetic import tiny_episodes
 from training.baselines.cli import main
-from training.dataset import save_dataset
+from training.data.dataset import save_dataset
 
 
 def test_main_trains_exports_and_prints_the_directory(

@@ -16,7 +16,7 @@ from training.baselines.data import (
     select_episodes,
     selection_mask,
 )
-from training.dataset import OfflineDataset
+from training.data.dataset import OfflineDataset
 
 COSTS = np.array([0.0, 4.0, 5.0, 10.0, 15.0, 20.0, 30.0])
 REWARDS = np.array([10.0, 30.0, 35.0, 50.0, 52.0, 60.0, 20.0])

@@ -17,7 +17,7 @@ from training.baselines.config import BaselineConfig
 from training.baselines.export import INPUT_NAMES, OUTPUT_NAMES, OnnxBaselinePolicy, export_baseline
 from training.baselines.registry import train_baseline
 from training.baselines.trainer import TrainedBaseline
-from training.dataset import OfflineDataset
+from training.data.dataset import OfflineDataset
 
 REQUIRED_CARD_KEYS = (
     "name",

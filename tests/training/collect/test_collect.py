@@ -1,0 +1,87 @@
+"""Collector: threshold schedule, PID multiplier, GAE, and a tiny real collection run."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tyro
+
+from training.collect.cli import CollectConfig, cost_threshold, learn, load_raw_episodes
+from training.collect.ppo_lagrangian import PidLagrangian, RunningNormaliser, generalised_advantages
+
+
+def test_cost_threshold_rises_linearly_between_n1_and_n2() -> None:
+    assert cost_threshold(0, 5.0, 45.0, 10, 30) == 5.0
+    assert cost_threshold(10, 5.0, 45.0, 10, 30) == 5.0
+    assert cost_threshold(20, 5.0, 45.0, 10, 30) == pytest.approx(25.0)
+    assert cost_threshold(30, 5.0, 45.0, 10, 30) == 45.0
+    assert cost_threshold(99, 5.0, 45.0, 10, 30) == 45.0
+
+
+def test_paper_task_schedule_resolves_and_command_line_wins() -> None:
+    # The paper's Drone-Circle column (tab:dataset-hyperparameters); steps/epoch are ours.
+    schedule = CollectConfig(task="SafetyDroneCircle-v0").schedule()
+    assert (schedule.eps_1, schedule.eps_2, schedule.n_1, schedule.n_2) == (10.0, 80.0, 20, 550)
+    assert (schedule.epochs, schedule.steps_per_epoch) == (570, 3_000)
+    assert (schedule.clip_ratio, schedule.gae_lambda, schedule.gamma) == (0.15, 0.95, 0.98)
+    argv = ["--task", "SafetyDroneCircle-v0", "--gamma", "0.9", "--rise-end-epoch", "100"]
+    overridden = tyro.cli(CollectConfig, args=argv).schedule()
+    assert (overridden.gamma, overridden.n_2) == (0.9, 100)
+    assert (overridden.clip_ratio, overridden.n_1, overridden.epochs) == (0.15, 20, 570)
+
+
+def test_pid_multiplier_rises_above_threshold_and_falls_below() -> None:
+    pid = PidLagrangian()
+    rising = [pid.update(episode_cost=50.0, threshold=10.0) for _ in range(20)]
+    assert rising[-1] > rising[0] > 0.0
+    falling = [pid.update(episode_cost=0.0, threshold=10.0) for _ in range(200)]
+    assert falling[-1] < rising[-1]
+    assert min(falling) >= 0.0
+
+
+def test_generalised_advantages_matches_hand_computation() -> None:
+    # One env, three steps, episode ends at t=2 (terminal: next value zeroed by the caller).
+    signals = np.array([[1.0], [2.0], [3.0]])
+    values = np.array([[0.5], [0.5], [0.5]])
+    next_values = np.array([[0.5], [0.5], [0.0]])
+    dones = np.array([[0.0], [0.0], [1.0]])
+    gamma, lam = 0.9, 0.5
+    d2 = 3.0 - 0.5
+    d1 = 2.0 + 0.9 * 0.5 - 0.5
+    d0 = 1.0 + 0.9 * 0.5 - 0.5
+    a2 = d2
+    a1 = d1 + gamma * lam * a2
+    a0 = d0 + gamma * lam * a1
+    advantages, targets = generalised_advantages(signals, values, next_values, dones, gamma, lam)
+    np.testing.assert_allclose(advantages[:, 0], [a0, a1, a2])
+    np.testing.assert_allclose(targets, advantages + values)
+
+
+def test_running_normaliser_matches_batch_statistics() -> None:
+    data = np.random.default_rng(0).normal(3.0, 2.0, size=(1000, 4))
+    normaliser = RunningNormaliser(4)
+    for chunk in np.split(data, 10):
+        normaliser.update(chunk)
+    np.testing.assert_allclose(normaliser.mean, data.mean(0), atol=1e-3)
+    np.testing.assert_allclose(normaliser.var, data.var(0), rtol=1e-2)
+
+
+@pytest.mark.slow
+def test_collect_learn_keeps_raw_episodes_and_resumes(tmp_path: Path) -> None:
+    config = CollectConfig(
+        task="SafetyBallRun-v0",
+        run_dir=tmp_path / "run",
+        epochs=1,
+        steps_per_epoch=400,
+        num_envs=2,
+    )
+    learn(config)
+    episodes, epochs = load_raw_episodes(config.run_path)
+    assert len(episodes) >= 2 and set(epochs) == {0}
+    assert all(e.length == 100 for e in episodes)  # BallRun's time limit
+    assert all(e.timeouts[-1] or e.terminals[-1] for e in episodes)
+    assert all(np.all(np.abs(e.actions) <= 1.0) for e in episodes)
+    # A second call with more epochs resumes from the saved learner state.
+    learn(CollectConfig(**{**config.__dict__, "epochs": 2}))
+    _, epochs = load_raw_episodes(config.run_path)
+    assert set(epochs) == {0, 1}

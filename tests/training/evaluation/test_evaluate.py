@@ -1,0 +1,71 @@
+"""Offline evaluation through the service's inference code, on a tiny ONNX policy."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runtime.episodes import EpisodeSpec
+from tests.service.conftest import write_test_policy
+from training.evaluation.evaluate import (
+    RolloutJob,
+    evaluate_policy_dir,
+    normalised_scores,
+    run_job,
+    to_markdown,
+)
+from training.evaluation.sweeps import budget_change_study
+
+TASK = "SafetyBallRun-v0"  # obs_dim 7, act_dim 2, 100-step episodes
+
+
+@pytest.fixture
+def ballrun_policy(tmp_path: Path) -> Path:
+    return write_test_policy(tmp_path / "toy", observation_dim=7, action_dim=2, context_len=4)
+
+
+def test_normalised_scores_follow_the_paper() -> None:
+    reward, cost = normalised_scores(
+        np.array([50.0, 150.0]), np.array([0.0, 20.0]), (50.0, 150.0), kappa=10.0
+    )
+    np.testing.assert_allclose(reward, [0.0, 100.0])
+    np.testing.assert_allclose(cost, [0.0, 20.0 / 10.1])
+
+
+@pytest.mark.slow
+def test_run_job_same_seeds_give_same_results(ballrun_policy: Path) -> None:
+    specs = (EpisodeSpec(3, 50.0, 10.0), EpisodeSpec(4, 50.0, 10.0))
+    job = RolloutJob(str(ballrun_policy), TASK, specs)
+    first, second = run_job(job), run_job(job)
+    assert [r.reward for r in first] == [r.reward for r in second]
+    assert all(r.length == 100 for r in first)
+
+
+@pytest.mark.slow
+def test_evaluate_policy_dir_reports_raw_and_normalised_scores(ballrun_policy: Path) -> None:
+    result = evaluate_policy_dir(ballrun_policy, episodes=2, seeds=2, task=TASK, workers=1)
+    assert result["episodes"] == 4
+    assert result["target_reward"] == 50.0  # the card's default target
+    assert result["normalised_cost_mean"] == pytest.approx(result["cost_mean"] / 10.1)
+    assert result["safe"] == (result["normalised_cost_mean"] <= 1.0)
+    assert 0.0 <= result["share_over_budget"] <= 1.0 and not result["deterministic"]
+    assert "| toy | sampled |" in to_markdown(result)
+
+
+@pytest.mark.slow
+def test_budget_change_study_records_per_step_costs(ballrun_policy: Path) -> None:
+    card = ballrun_policy / "model.json"
+    card.write_text(card.read_text().replace("SafetyToyRun-v0", TASK))
+    study = budget_change_study(
+        ballrun_policy,
+        target_reward=50.0,
+        start_cost=40.0,
+        end_cost=0.0,
+        change_step=50,
+        episodes=2,
+        workers=1,
+    )
+    assert len(study["mean_step_costs"]) == len(study["control_mean_step_costs"]) == 100
+    assert study["total_cost_mean"] == pytest.approx(sum(study["mean_step_costs"]))
+    # Same seeds: identical episodes until the change.
+    assert study["mean_step_costs"][:50] == study["control_mean_step_costs"][:50]

@@ -1,0 +1,183 @@
+"""`cdt report`: Table 1 rendering on hand-built results, and a tiny grid end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.training.baselines.synthetic import tiny_episodes
+from training.data.dataset import save_dataset
+from training.evaluation.report import (
+    AVERAGE,
+    RunResult,
+    build_table,
+    card_scores,
+    main,
+    normalised_scores,
+    render_markdown,
+    table_json,
+)
+
+RESULTS = [
+    RunResult("bc-all", "CarRun", 0, reward=90.0, cost=2.0),
+    RunResult("bc-all", "CarRun", 1, reward=70.0, cost=1.6),
+    RunResult("bc-all", "BallRun", 0, reward=80.0, cost=1.5),
+    RunResult("bc-safe", "CarRun", 0, reward=50.0, cost=0.4),
+    RunResult("bc-safe", "BallRun", 0, reward=60.0, cost=0.2),
+    RunResult("cdt", "CarRun", 0, reward=70.0, cost=0.8),
+    RunResult("cdt", "BallRun", 0, reward=30.0, cost=1.2),
+]
+
+
+def test_build_table_averages_seeds_then_tasks() -> None:
+    table = build_table(RESULTS)
+    assert table.tasks == ["CarRun", "BallRun", AVERAGE]
+    assert table.algorithms == ["bc-all", "bc-safe", "cdt"]
+    car = table.cells["bc-all", "CarRun"]
+    assert (car.reward, car.cost, car.runs) == (pytest.approx(80.0), pytest.approx(1.8), 2)
+    assert table.cells["cdt", AVERAGE].reward == pytest.approx(50.0)
+    assert table.cells["cdt", AVERAGE].cost == pytest.approx(1.0)
+    assert table.best_safe("CarRun") == "cdt"
+    assert table.best_safe("BallRun") == "bc-safe"
+    assert table.best_safe(AVERAGE) == "bc-safe"  # cdt's average cost is exactly 1: safe
+    assert table.cells["cdt", AVERAGE].safe
+
+
+def test_build_table_partial_row_has_no_average() -> None:
+    table = build_table([*RESULTS, RunResult("cpq", "CarRun", 0, reward=10.0, cost=0.1)])
+    assert ("cpq", AVERAGE) not in table.cells
+    assert "n/a" in render_markdown(table, "T", "cdt report", 10.0)
+
+
+def test_render_markdown_marks_safe_unsafe_and_best_safe() -> None:
+    markdown = render_markdown(build_table(RESULTS), "Table 1", "cdt report --seeds 2", 10.0)
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in markdown.splitlines()}
+    assert lines["BC-All"].startswith("| BC-All | 80.0† | 1.80† | 80.0† | 1.50† |")
+    assert "| **70.0** ★ | **0.80** |" in lines["CDT"]  # best safe on CarRun
+    assert "| 30.0† | 1.20† |" in lines["CDT"]  # unsafe on BallRun
+    assert "| **60.0** ★ | **0.20** |" in lines["BC-Safe"]
+    header = markdown.splitlines()[2]
+    assert "CarRun reward ↑" in header and "Average cost ↓" in header
+    assert "Made by: `cdt report --seeds 2`" in markdown
+    assert "kappa = 10" in markdown
+
+
+def test_table_json_flags_safety_and_best() -> None:
+    payload = table_json(build_table(RESULTS))
+    assert payload["cdt"]["CarRun"]["best_safe"] is True
+    assert payload["bc-all"]["CarRun"]["safe"] is False
+    assert payload["bc-safe"]["BallRun"]["runs"] == 1
+
+
+def test_normalised_scores_from_normalised_or_raw_results() -> None:
+    card = {"dataset": {"reward_return_min": 100.0, "reward_return_max": 300.0}}
+    result = {"normalised_reward_mean": 30.0, "normalised_cost_mean": 2.0, "reward_mean": 1.0}
+    assert normalised_scores(result, card, 10.0) == (30.0, 2.0)
+    reward, cost = normalised_scores({"reward_mean": 250.0, "cost_mean": 5.0}, card, 10.0) or (0, 0)
+    assert reward == pytest.approx(75.0) and cost == pytest.approx(0.5, abs=0.01)
+    assert normalised_scores({"episodes": 3}, card, 10.0) is None
+
+
+def test_card_scores_pick_the_evaluation_at_the_cost_limit() -> None:
+    rows = [
+        {"kappa": 10.0, "normalised_reward_mean": 50.0, "normalised_cost_mean": 0.5},
+        {"kappa": 20.0, "normalised_reward_mean": 70.0, "normalised_cost_mean": 0.6},
+    ]
+    assert card_scores({"evaluation": {"rows": rows}}, 20.0) == (70.0, 0.6)
+    assert card_scores({"evaluation": rows[0]}, 10.0) == (50.0, 0.5)
+    assert card_scores({"evaluation": rows[0]}, 40.0) is None
+    assert card_scores({"evaluation": None}, 10.0) is None
+
+
+def _fake_evaluate(calls: list[dict[str, Any]]) -> Any:
+    def evaluate(
+        model_dir: Path,
+        episodes: int,
+        seeds: int,
+        target_reward: float,
+        target_cost: float,
+        deterministic: bool,
+    ) -> dict[str, Any]:
+        assert deterministic  # one action convention in the table: the mean action
+        card = json.loads((model_dir / "model.json").read_text())
+        calls.append({"algo": card["algo"], "episodes": episodes, "target_cost": target_cost})
+        safe = card["algo"] == "bc-safe"
+        return {
+            "kappa": target_cost,
+            "normalised_reward_mean": 50.0 if safe else 90.0,
+            "normalised_cost_mean": 0.5 if safe else 2.0,
+        }
+
+    return evaluate
+
+
+def test_main_runs_the_grid_and_writes_both_tables(tmp_path: Path) -> None:
+    dataset = save_dataset(tmp_path / "tiny.hdf5", tiny_episodes(), {"env_id": "TinyTask-v0"})
+    existing = tmp_path / "models" / "cdt-tiny"
+    existing.mkdir(parents=True)
+    card = {
+        "algo": "cdt",
+        "task": "TinyTask-v0",
+        "dataset": {"reward_return_min": 0.0, "reward_return_max": 10.0},
+        "evaluation": {"kappa": 4.0, "normalised_reward_mean": 80.0, "normalised_cost_mean": 0.75},
+    }
+    (existing / "model.json").write_text(json.dumps(card))
+    calls: list[dict[str, Any]] = []
+    argv = [
+        "--algorithms", "bc-safe", "bcq-lag", "--datasets", str(dataset), "--seeds", "1",
+        "--cost-limit", "4", "--episodes", "2", "--eval-seeds", "1",
+        "--include-existing", str(existing), "--models-dir", str(tmp_path / "grid"),
+        "--out", str(tmp_path / "reports"), "--train.steps", "2", "--train.batch-size", "8",
+        "--train.actor-hidden", "8", "--train.critic-hidden", "8", "--train.vae-hidden", "8",
+        "--train.action-low", "-1", "-2", "--train.action-high", "1", "2",
+    ]  # fmt: skip
+    main(argv, evaluate=_fake_evaluate(calls))
+    assert [call["algo"] for call in calls] == ["bc-safe", "bcq-lag"]  # cdt's card had scores
+    assert all(call["target_cost"] == 4.0 and call["episodes"] == 2 for call in calls)
+    assert (tmp_path / "grid" / "TinyTask" / "bcq-lag-s0" / "model.onnx").is_file()
+    payload = json.loads((tmp_path / "reports" / "table1.json").read_text())
+    assert payload["command"].startswith("cdt report --algorithms bc-safe bcq-lag")
+    assert payload["compute"]["train_steps_per_run"] == 2
+    assert payload["table"]["cdt"]["TinyTask"]["cost"] == pytest.approx(0.75)
+    assert payload["table"]["bc-safe"]["TinyTask"]["safe"] is True
+    assert payload["table"]["bcq-lag"]["TinyTask"]["safe"] is False
+    cards = [
+        tmp_path / "grid" / "TinyTask" / f"{algo}-s0" / "model.json"
+        for algo in ("bc-safe", "bcq-lag")
+    ]
+    seconds = [json.loads(card.read_text())["training"]["train_seconds"] for card in cards]
+    assert payload["compute"]["train_seconds_total"] == pytest.approx(sum(seconds), abs=0.1)
+    assert payload["compute"]["train_steps_by_algorithm"] == {"bc-safe": [2], "bcq-lag": [2]}
+    markdown = (tmp_path / "reports" / "table1.md").read_text()
+    assert "| CDT | **80.0** ★ | **0.75** |" in markdown
+    assert "Gradient steps per training run: BC-Safe 2; BCQ-Lag 2." in markdown
+    calls.clear()  # a rerun with --reuse trains and evaluates nothing again
+    main([*argv, "--reuse"], evaluate=_fake_evaluate(calls))
+    assert calls == []
+    rerun = json.loads((tmp_path / "reports" / "table1.json").read_text())
+    assert rerun["table"] == payload["table"]
+
+
+def test_grid_trains_and_exports_the_sequence_models(tmp_path: Path) -> None:
+    dataset = save_dataset(tmp_path / "tiny.hdf5", tiny_episodes(), {"env_id": "TinyTask-v0"})
+    tiny = "--embedding-dim 8 --num-layers 1 --num-heads 2 --batch-size 4 --update-steps 2"
+    tiny += " --eval-every 0 --no-tensorboard --num-threads 1 --seq-len 3"
+    argv = [
+        "--algorithms", "cdt", "dt", "--datasets", str(dataset), "--seeds", "1",
+        "--cost-limit", "4", "--episodes", "1", "--eval-seeds", "1",
+        "--models-dir", str(tmp_path / "grid"), "--out", str(tmp_path / "reports"),
+        f"--sequence-args={tiny}",
+    ]  # fmt: skip
+    calls: list[dict[str, Any]] = []
+    main(argv, evaluate=_fake_evaluate(calls))
+    assert [call["algo"] for call in calls] == ["cdt", "dt"]
+    for algo in ("cdt", "dt"):
+        card_path = tmp_path / "grid" / "TinyTask" / f"{algo}-s0" / "model.json"
+        card = json.loads(card_path.read_text())
+        assert card["algo"] == algo and card["context_len"] == 3
+        assert [target["cost"] for target in card["default_targets"]] == [4.0, 8.0, 16.0]
+    table = json.loads((tmp_path / "reports" / "table1.json").read_text())["table"]
+    assert set(table) == {"cdt", "dt"}

@@ -1,0 +1,56 @@
+"""`cdt select`: best.pt by the selection protocol, budget calibration included."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.episodes import EpisodeResult, EpisodeSpec
+from runtime.protocol import SelectionRule
+from training.evaluation import select
+from training.export import policy_from_checkpoint
+from training.learn.checkpoint import load_checkpoint
+
+
+def fake_evaluate(calls: list[float]) -> Any:
+    """Episodes costing 1.2 x budget x budget_scale: only a scale of 0.6 keeps 0.9 x budget."""
+
+    def evaluate(
+        model: Any, stats: Any, task: str, specs: Sequence[EpisodeSpec], budget_scale: float
+    ) -> list[EpisodeResult]:
+        calls.append(budget_scale)
+        return [
+            EpisodeResult(spec, 100.0, 1.2 * spec.target_cost * budget_scale, 10) for spec in specs
+        ]
+
+    return evaluate
+
+
+def test_select_best_tries_scales_largest_first_and_keeps_the_admissible_one(
+    exported_policy: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoint, _ = exported_policy
+    shutil.copy(checkpoint, tmp_path / "step_0000003.pt")
+    calls: list[float] = []
+    monkeypatch.setattr(select, "evaluate_model", fake_evaluate(calls))
+    path, evaluation = select.select_best(tmp_path, SelectionRule(0.9, 0.2))
+    assert calls == [1.0, 0.8, 0.6]
+    assert evaluation["admissible"] and evaluation["budget_scale"] == 0.6
+    best = load_checkpoint(path)
+    assert best["budget_scale"] == 0.6 and best["evaluation"]["step"] == 3
+    # the exported graph feeds 0.6 x the remaining budget
+    assert policy_from_checkpoint(best).cost_scale == pytest.approx(
+        0.6 * best["stats"]["cost_scale"]
+    )
+    listed = json.loads((tmp_path / "selection.json").read_text())
+    assert [row["budget_scale"] for row in listed] == [1.0, 0.8, 0.6]
+
+
+def test_select_refuses_a_folder_without_kept_checkpoints(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="--keep-checkpoints"):
+        select.select_best(tmp_path, SelectionRule())

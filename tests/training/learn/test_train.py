@@ -1,0 +1,148 @@
+"""The training loop: smoke run, checkpoints, resume, ablations and the CLI (learn/train.py)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.training.cdt_synthetic import tiny_config, write_dataset
+from training.learn.checkpoint import load_checkpoint
+from training.learn.config import PRESETS, TrainConfig, parse_config
+from training.learn.train import cpu_has_native_bf16, main, train
+
+
+@pytest.fixture(scope="module")
+def dataset_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_dataset(tmp_path_factory.mktemp("data") / "tiny.hdf5")
+
+
+def test_train_smoke_writes_a_weights_only_checkpoint(dataset_path: Path, tmp_path: Path):
+    path = train(tiny_config(dataset_path, tmp_path, update_steps=2))
+    assert path == tmp_path / "run" / "last.pt"
+    payload = torch.load(path, weights_only=True)
+    assert payload["step"] == 2
+    assert payload["dataset"]["task"] == "SafetyBallRun-v0"
+    config = json.loads(path.with_suffix(".json").read_text())
+    assert config["update_steps"] == 2 and config["dataset"] == str(dataset_path)
+    with (tmp_path / "run" / "train.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    assert [int(row["step"]) for row in rows] == [1, 2]
+    assert {"loss", "nll", "entropy", "steps_per_s", "temperature"} <= set(rows[0])
+    assert not list((tmp_path / "run").glob("*.tmp*"))  # atomic writes leave nothing behind
+
+
+def test_resume_reproduces_an_uninterrupted_run(dataset_path: Path, tmp_path: Path):
+    settings = {"dropout": 0.1, "cost_prediction_weight": 0.02, "checkpoint_every": 3}
+    straight = train(tiny_config(dataset_path, tmp_path / "a", update_steps=6, **settings))
+    first = train(tiny_config(dataset_path, tmp_path / "b", update_steps=3, **settings))
+    resumed = train(tiny_config(dataset_path, tmp_path / "c", update_steps=6, resume=first))
+    assert resumed == first  # a resumed run continues in its own run directory
+    expected, actual = load_checkpoint(straight), load_checkpoint(resumed)
+    assert actual["step"] == 6
+    for name, tensor in expected["model"].items():
+        assert torch.equal(tensor, actual["model"][name]), name
+    assert torch.equal(expected["temperature"]["log_temperature"],
+                       actual["temperature"]["log_temperature"])  # fmt: skip
+    with (first.parent / "train.csv").open() as file:
+        assert [int(row["step"]) for row in csv.DictReader(file)] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"algo": "dt-cost"},
+        {"algo": "dt"},
+        {"deterministic": True},
+        {"entropy": False},
+        {"augment": False, "cost_weighted_sampling": False},
+        {"learn_temperature": False, "cost_transform": True, "outlier_filter": True},
+        {"fused_attention": False, "association": "best"},
+    ],
+)
+def test_ablations_train(dataset_path: Path, tmp_path: Path, overrides: dict[str, object]):
+    path = train(tiny_config(dataset_path, tmp_path, **overrides))
+    payload = load_checkpoint(path)
+    config = TrainConfig.from_json_dict(payload["config"])
+    assert payload["model_config"]["stochastic"] == config.stochastic
+    assert payload["model_config"]["cost_conditioned"] == config.cost_conditioned
+    assert ("temperature" in payload) == (config.stochastic and config.entropy and
+                                          config.learn_temperature)  # fmt: skip
+
+
+def test_loss_decreases_on_a_learnable_dataset(dataset_path: Path, tmp_path: Path):
+    config = tiny_config(
+        dataset_path, tmp_path, update_steps=60, batch_size=32, learning_rate=3e-3,
+        warmup_steps=1, deterministic=True, log_every=10,
+    )  # fmt: skip
+    train(config)
+    with (tmp_path / "run" / "train.csv").open() as file:
+        losses = [float(row["loss"]) for row in csv.DictReader(file)]
+    assert losses[-1] < 0.6 * losses[0]
+
+
+def test_parse_config_applies_presets_and_ablation_flags():
+    paper = parse_config(["--preset", "paper"])
+    assert paper == PRESETS["paper"]
+    assert (paper.batch_size, paper.update_steps, paper.dropout) == (2048, 100_000, 0.1)
+    config = parse_config(
+        ["--preset=paper", "--no-augment", "--no-entropy", "--deterministic", "--batch-size", "8"]
+    )
+    assert not config.augment and not config.entropy and config.deterministic
+    assert config.batch_size == 8 and config.update_steps == 100_000
+    dt_cost = parse_config(["--algo", "dt-cost"])
+    assert not dt_cost.stochastic and not dt_cost.uses_augmentation and dt_cost.cost_conditioned
+    dt = parse_config(["--algo", "dt"])
+    assert not dt.stochastic and not dt.uses_augmentation and not dt.cost_conditioned
+
+
+def test_config_json_round_trip():
+    config = TrainConfig(eval_budgets=(10.0, 30.0), resume=Path("x/last.pt"))
+    assert TrainConfig.from_json_dict(config.to_json_dict()) == config
+
+
+def test_config_rejects_nonpositive_eval_costs():
+    with pytest.raises(ValueError, match="eval budgets"):
+        TrainConfig(eval_budgets=(10.0, 0.0))
+
+
+def test_main_runs_the_cli(dataset_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    main([
+        "--dataset", str(dataset_path), "--out-dir", str(tmp_path), "--run-name", "cli",
+        "--update-steps", "1", "--batch-size", "2", "--embedding-dim", "8", "--num-heads", "2",
+        "--num-layers", "1", "--eval-every", "0", "--no-tensorboard",
+    ])  # fmt: skip
+    assert (tmp_path / "cli" / "last.pt").is_file()
+    assert "last.pt" in capsys.readouterr().out
+
+
+def test_cpu_has_native_bf16_reads_the_flags(tmp_path: Path):
+    flags = tmp_path / "cpuinfo"
+    flags.write_text("flags\t: fpu avx512f amx_bf16 amx_tile\n")
+    assert cpu_has_native_bf16(flags)
+    flags.write_text("flags\t: fpu avx512f avx512_bf16 avx512_vnni\n")  # AMD EPYC (Zen 4)
+    assert cpu_has_native_bf16(flags)
+    flags.write_text("flags\t: fpu avx2 avx512f\n")
+    assert not cpu_has_native_bf16(flags)
+    assert not cpu_has_native_bf16(tmp_path / "missing")
+
+
+def test_resume_alone_keeps_the_runs_step_total(dataset_path: Path, tmp_path: Path):
+    finished = train(tiny_config(dataset_path, tmp_path, update_steps=2))
+    assert parse_config(["--resume", str(finished)]).update_steps == 2  # not the preset's 5,000
+    longer = parse_config(["--resume", str(finished), "--update-steps", "4"])
+    assert longer.update_steps == 4
+
+
+def test_train_cli_refuses_missing_files_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    for flag in ("--dataset", "--resume"):
+        with pytest.raises(SystemExit) as stopped:
+            main([flag, str(tmp_path / "missing")])
+        assert stopped.value.code == 2
+        error = capsys.readouterr().err
+        assert error.startswith(f"cdt train: {flag} ") and error.count("\n") == 1

@@ -1,0 +1,1 @@
+"""Data collection: PPO-Lagrangian, PID multiplier, a rising cost threshold (`cdt collect`)."""

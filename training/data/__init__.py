@@ -1,0 +1,1 @@
+"""Offline datasets: the DSRL layout, frontiers, grid filter, relabelling, training windows."""

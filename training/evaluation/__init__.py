@@ -1,0 +1,1 @@
+"""Evaluation in the simulator: checkpoint selection, `cdt evaluate`, sweeps, `cdt report`."""

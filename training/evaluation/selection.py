@@ -1,0 +1,96 @@
+"""Checkpoint selection in the simulator, on the protocol we report.
+
+The torch model is wrapped in the exported graph's own module (`OnnxPolicy`: normalisation, action
+scaling, time-step clamping) and driven by the one episode loop every evaluation uses
+(`runtime.episodes.run_episodes`), so the windows, budgets and actions are the service's. The
+protocol (budgets, target rewards from the data, both action modes, seeds disjoint from the
+reported evaluation's) is `runtime.protocol`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec, run_episodes
+from runtime.protocol import selection_seeds, target_reward_for
+from training.data.windows import NormalisationStats
+from training.export import OnnxPolicy
+from training.learn.model import ConstrainedDecisionTransformer
+
+
+def torch_episode_policy(
+    model: ConstrainedDecisionTransformer, stats: NormalisationStats, budget_scale: float = 1.0
+) -> EpisodePolicy:
+    """The model as the episode loop sees an exported policy (raw env-unit windows in)."""
+    policy = OnnxPolicy(model, stats, budget_scale)
+    device = next(model.parameters()).device
+
+    @torch.no_grad()
+    def predict(windows: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        inputs = [torch.as_tensor(windows[name]).to(device) for name in _INPUT_ORDER]
+        mean, log_std = policy(*inputs)
+        return mean.float().cpu().numpy(), log_std.float().cpu().numpy()
+
+    return EpisodePolicy(
+        predict=predict,
+        context_len=model.config.seq_len,
+        action_dim=model.config.action_dim,
+        action_low=list(stats.action_low),
+        action_high=list(stats.action_high),
+    )
+
+
+EPISODES_AT_ONCE = 60
+"""Episodes stepped together in one evaluation chunk (memory, not speed, sets it)."""
+
+_INPUT_ORDER = ("states", "actions", "returns_to_go", "costs_to_go", "time_steps", "padding_mask")
+
+
+def selection_specs(
+    default_targets: Sequence[dict[str, float]],
+    budgets: Sequence[float],
+    action_modes: Sequence[bool],
+    episodes: int,
+) -> list[EpisodeSpec]:
+    """Every (budget, action mode) pair on the same selection seeds; `True` = mean action."""
+    return [
+        EpisodeSpec(seed, target_reward_for(default_targets, budget), budget, deterministic)
+        for budget in budgets
+        for deterministic in action_modes
+        for seed in selection_seeds(episodes)
+    ]
+
+
+def evaluate_model(
+    model: ConstrainedDecisionTransformer,
+    stats: NormalisationStats,
+    task: str,
+    specs: Sequence[EpisodeSpec],
+    budget_scale: float = 1.0,
+) -> list[EpisodeResult]:
+    """Run `specs` with the model in eval mode; its training mode is restored afterwards."""
+    was_training = model.training
+    policy = torch_episode_policy(model, stats, budget_scale)
+    try:
+        # in chunks: one Bullet env holds ~90 MB, and 120 of them at once took 10.7 GB
+        return [
+            result
+            for start in range(0, len(specs), EPISODES_AT_ONCE)
+            for result in run_episodes(policy, task, specs[start : start + EPISODES_AT_ONCE])
+        ]
+    finally:
+        model.train(was_training)
+
+
+def describe(rows: Sequence[Any]) -> str:
+    """One line per budget row, on the paper's score scale (reward 0-100, cost / kappa)."""
+    return "; ".join(
+        f"kappa {row.target_cost:g} {'mean' if row.deterministic else 'sampled'}: "
+        f"reward {row.normalised_reward:.1f} cost {row.normalised_cost:.2f} "
+        f"(over {row.share_over_budget:.0%})"
+        for row in rows
+    )

@@ -1,0 +1,222 @@
+"""The paper's target sweeps and the mid-episode budget-change study, with PNG plots.
+
+- Zero-shot adaptation (paper Fig. 4): fix the target reward, vary the target cost.
+- Conflicting targets (paper section 5, robustness to conflicting returns): fix the target cost,
+  vary the target reward.
+- Budget change: start at one cost limit, tighten it at step t, compare the cost rate before and
+  after t (what `PATCH /v1/episodes/{id}/budget` does in the service).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from runtime.episodes import EpisodeSpec
+from runtime.protocol import report_seeds
+from service.policy import read_card
+from training.card_update import record_sweep
+from training.evaluation.evaluate import RolloutJob, evaluate_policy_dir, run_parallel
+
+logger = logging.getLogger(__name__)
+
+
+def sweep(
+    model_dir: Path,
+    *,
+    vary: str,
+    values: Sequence[float],
+    fixed: float,
+    episodes: int,
+    seeds: int,
+    workers: int,
+) -> list[dict[str, Any]]:
+    """Evaluate at each value of the varied target ("cost" or "reward"), the other fixed."""
+    rows = []
+    for value in values:
+        reward, cost = (fixed, value) if vary == "cost" else (value, fixed)
+        rows.append(
+            evaluate_policy_dir(
+                model_dir,
+                episodes,
+                seeds,
+                target_reward=reward,
+                target_cost=cost,
+                workers=workers,
+            )
+        )
+    return rows
+
+
+def plot_sweep(rows: list[dict[str, Any]], vary: str, path: Path) -> None:
+    """Reward and cost (mean +- one std) against the varied target."""
+    x = np.array([row[f"target_{vary}"] for row in rows])
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for axis, key, label in ((left, "reward", "episode reward"), (right, "cost", "episode cost")):
+        mean = np.array([row[f"{key}_mean"] for row in rows])
+        std = np.array([row[f"{key}_std"] for row in rows])
+        axis.plot(x, mean, marker="o", label="CDT")
+        axis.fill_between(x, mean - std, mean + std, alpha=0.25)
+        axis.set_xlabel(f"target {vary}")
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+    if vary == "cost":
+        right.plot(x, x, linestyle="--", color="grey", label="cost = target")
+        right.legend()
+    figure.suptitle(f"{rows[0]['model']}: {'zero-shot cost' if vary == 'cost' else 'reward'} sweep")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _step_costs(jobs: list[RolloutJob], workers: int, label: str) -> np.ndarray:
+    """Per-step costs, [episodes, horizon] (zero after an early end)."""
+    results = run_parallel(jobs, workers, label)
+    results.sort(key=lambda result: result.spec.seed)
+    costs = np.zeros((len(results), max(len(r.step_costs) for r in results)))
+    for row, result in enumerate(results):
+        costs[row, : len(result.step_costs)] = result.step_costs
+    return costs
+
+
+def budget_change_study(
+    model_dir: Path,
+    *,
+    target_reward: float,
+    start_cost: float,
+    end_cost: float,
+    change_step: int,
+    episodes: int,
+    workers: int,
+) -> dict[str, Any]:
+    """Tighten the cost limit at `change_step`, against a control run that keeps it.
+
+    Both runs use the same seeds, so until `change_step` they are the same episodes; the cost
+    rate after the change is compared with the control's over the same steps (cost in these
+    tasks builds up with speed, so "before vs after" alone would mislead).
+    """
+    card = read_card(model_dir)
+    runs = {}
+    for label, schedule in (("changed", ((change_step, end_cost),)), ("control", ())):
+        specs = [
+            EpisodeSpec(seed, target_reward, start_cost, cost_schedule=schedule)
+            for seed in report_seeds(episodes, 1)[0]
+        ]
+        # one job per worker, so the episodes of both runs spread over the processes
+        jobs = [
+            RolloutJob(str(model_dir), card.task, tuple(specs[part::workers]), record_steps=True)
+            for part in range(max(workers, 1))
+            if specs[part::workers]
+        ]
+        runs[label] = _step_costs(jobs, workers, f"budget change ({label})")
+    changed, control = runs["changed"], runs["control"]
+    return {
+        "model": card.name,
+        "start_cost": start_cost,
+        "end_cost": end_cost,
+        "change_step": change_step,
+        "episodes": changed.shape[0],
+        "cost_rate_before": float(changed[:, :change_step].mean()),
+        "cost_rate_after": float(changed[:, change_step:].mean()),
+        "control_cost_rate_after": float(control[:, change_step:].mean()),
+        "mean_step_costs": changed.mean(0).tolist(),
+        "control_mean_step_costs": control.mean(0).tolist(),
+        "total_cost_mean": float(changed.sum(1).mean()),
+        "control_total_cost_mean": float(control.sum(1).mean()),
+    }
+
+
+def plot_budget_change(study: dict[str, Any], path: Path) -> None:
+    """Cumulative cost per step with and without the change, the change marked."""
+    figure, axis = plt.subplots(figsize=(6, 4))
+    axis.plot(
+        np.cumsum(study["control_mean_step_costs"]),
+        color="grey",
+        label=f"limit stays {study['start_cost']:g}",
+    )
+    axis.plot(
+        np.cumsum(study["mean_step_costs"]),
+        color="tab:blue",
+        label=f"limit {study['start_cost']:g} -> {study['end_cost']:g}",
+    )
+    axis.axvline(study["change_step"], color="red", linestyle="--", label="budget change")
+    axis.set_xlabel("step")
+    axis.set_ylabel("mean cumulative cost")
+    axis.legend()
+    axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _floats(text: str) -> list[float]:
+    return [float(part) for part in text.split(",") if part]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`cdt sweeps MODEL_DIR`: run the sweeps and the budget-change study."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    parser = argparse.ArgumentParser(prog="cdt sweeps", description=__doc__)
+    parser.add_argument("model_dir", type=Path)
+    parser.add_argument("--costs", default="0,5,10,20,30,40,60", help="zero-shot cost targets")
+    parser.add_argument(
+        "--rewards",
+        default="",
+        help="conflicting reward targets (default: 50%%..150%% of the dataset's max return)",
+    )
+    parser.add_argument("--fixed-reward", type=float, help="default: the card's default target")
+    parser.add_argument("--fixed-cost", type=float, default=10.0)
+    parser.add_argument("--episodes", type=int, default=10)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--change-step", type=int, default=60)
+    parser.add_argument("--out", type=Path, help="default: reports/<model folder name>")
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="store the cost curve and validated budget range in the card",
+    )
+    args = parser.parse_args(argv)
+    card = read_card(args.model_dir).model_dump()
+    r_max = float((card.get("dataset") or {}).get("reward_return_max", 100.0))
+    targets = card.get("default_targets") or [{"reward": r_max}]
+    fixed_reward = args.fixed_reward or float(targets[0]["reward"])
+    rewards = _floats(args.rewards) or [r_max * f for f in (0.5, 0.75, 1.0, 1.25, 1.5)]
+    out = args.out or Path("reports") / args.model_dir.resolve().name
+    out.mkdir(parents=True, exist_ok=True)
+    common = {"episodes": args.episodes, "seeds": args.seeds, "workers": args.workers}
+    zero_shot = sweep(
+        args.model_dir, vary="cost", values=_floats(args.costs), fixed=fixed_reward, **common
+    )
+    plot_sweep(zero_shot, "cost", out / "zero_shot_cost.png")
+    conflict = sweep(args.model_dir, vary="reward", values=rewards, fixed=args.fixed_cost, **common)
+    plot_sweep(conflict, "reward", out / "conflicting_reward.png")
+    study = budget_change_study(
+        args.model_dir,
+        target_reward=fixed_reward,
+        start_cost=40.0,
+        end_cost=10.0,
+        change_step=args.change_step,
+        episodes=args.episodes,
+        workers=args.workers,
+    )
+    plot_budget_change(study, out / "budget_change.png")
+    result = {"zero_shot": zero_shot, "conflicting": conflict, "budget_change": study}
+    (out / "sweeps.json").write_text(json.dumps(result, indent=2))
+    if args.record:
+        record_sweep(args.model_dir, zero_shot)
+    print(f"written: {out}/sweeps.json and three PNG plots")
+
+
+if __name__ == "__main__":
+    main()

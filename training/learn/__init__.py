@@ -1,0 +1,1 @@
+"""CDT learning: config and presets, the model, losses, the training loop and its checkpoints."""

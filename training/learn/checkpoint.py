@@ -1,0 +1,44 @@
+"""Checkpoint files: atomic writes, `weights_only` loading, the resolved config beside each one.
+
+A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts, so
+`torch.load(path, weights_only=True)` reads it without unpickling arbitrary objects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CHECKPOINT_FORMAT = 1
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    """Write through a temporary file in the same folder, then rename: never a half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def write_checkpoint(path: Path, payload: dict[str, Any]) -> Path:
+    """Save `payload` to `path` and its `config` entry to `path.with_suffix('.json')`."""
+    payload = {"format": CHECKPOINT_FORMAT, **payload}
+    _atomic_write(path, lambda target: torch.save(payload, target))
+    config_text = json.dumps(payload.get("config", {}), indent=2, sort_keys=True) + "\n"
+    _atomic_write(path.with_suffix(".json"), lambda target: target.write_text(config_text))
+    return path
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Load a checkpoint onto the CPU with `weights_only=True`."""
+    payload = torch.load(Path(path), map_location="cpu", weights_only=True)
+    if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a CDT checkpoint (format {CHECKPOINT_FORMAT})")
+    return payload
