@@ -15,12 +15,12 @@ import logging
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from tqdm import tqdm
 
-from clients.client import PolicyClient, PolicyClientError
+from clients.client import PolicyClient, PolicyClientError, ServiceUnreachableError
 from runtime.scores import normalised_cost, normalised_reward
 from service.schemas import ModelPublic
 
@@ -52,10 +52,29 @@ class EpisodeOutcome:
     steps: int
     reward: float
     cost: float
+    initial_limit: float
     cost_limit: float
+    """The limit in force at the end (after any budget change); the verdict is against it."""
     normalised_reward: float | None
     normalised_cost: float
     budget_changes: list[tuple[int, float]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """Distinct warnings the service sent (e.g. a budget outside the validated range)."""
+
+    @property
+    def over_budget(self) -> bool:
+        return self.cost > self.cost_limit
+
+    def describe(self) -> str:
+        """One line: what happened, the limits it ran under and its verdict."""
+        limits = f"limit {self.initial_limit:g}" + "".join(
+            f" -> {limit:g} at step {step}" for step, limit in self.budget_changes
+        )
+        verdict = "OVER budget" if self.over_budget else "within budget"
+        return (
+            f"seed {self.seed}: steps {self.steps} reward {self.reward:.1f} cost {self.cost:.1f} "
+            f"({limits}; normalised cost {self.normalised_cost:.2f}): {verdict}"
+        )
 
 
 def parse_cost_schedule(text: str) -> tuple[tuple[int, float], ...]:
@@ -96,7 +115,7 @@ def run_episode(
 ) -> EpisodeOutcome:
     """Play one episode of `env` with actions from the service."""
     schedule = dict(config.cost_schedule)
-    cost_limit = schedule.pop(0, config.cost_limit)
+    initial_limit = cost_limit = schedule.pop(0, config.cost_limit)
     observation, _ = env.reset(seed=seed)
     answer = client.create_episode(
         config.model,
@@ -106,43 +125,34 @@ def run_episode(
         seed=seed,
         deterministic=config.deterministic,
     )
-    episode_id, steps, total_reward, total_cost, changes = answer.episode_id, 0, 0.0, 0.0, []
+    episode_id, steps, totals, changes = answer.episode_id, 0, [0.0, 0.0], []
+    warnings = dict.fromkeys(answer.warnings)
     try:
         while True:
-            action = np.asarray(answer.action, dtype=np.float32)
-            observation, reward, terminated, truncated, info = env.step(action)
-            cost = float(info.get("cost", 0.0))
-            steps, total_reward, total_cost = (
-                steps + 1,
-                total_reward + float(reward),
-                total_cost + cost,
+            observation, reward, terminated, truncated, info = env.step(
+                np.asarray(answer.action, dtype=np.float32)
             )
+            cost = float(info.get("cost", 0.0))
+            steps, totals = steps + 1, [totals[0] + float(reward), totals[1] + cost]
             if terminated or truncated:
                 break
             if steps in schedule:
                 cost_limit = schedule[steps]
-                client.update_budget(episode_id, cost_limit=cost_limit)
+                changed = client.update_budget(episode_id, cost_limit=cost_limit)
+                warnings |= dict.fromkeys(changed.warnings)
                 changes.append((steps, cost_limit))
             answer = client.step(
-                episode_id,
-                np.asarray(observation, dtype=float).tolist(),
-                float(reward),
-                cost,
+                episode_id, np.asarray(observation, dtype=float).tolist(), float(reward), cost,
                 step=steps,
-            )
+            )  # fmt: skip
+            warnings |= dict.fromkeys(answer.warnings)
     finally:
         client.close_episode(episode_id)
-    normalised_reward, normalised_cost = _normalised(model, total_reward, total_cost, cost_limit)
+    scores = _normalised(model, totals[0], totals[1], cost_limit)
     return EpisodeOutcome(
-        seed,
-        steps,
-        total_reward,
-        total_cost,
-        cost_limit,
-        normalised_reward,
-        normalised_cost,
-        changes,
-    )
+        seed, steps, totals[0], totals[1], initial_limit, cost_limit, *scores, changes,
+        list(warnings),
+    )  # fmt: skip
 
 
 def run_rollouts(config: RolloutConfig) -> list[EpisodeOutcome]:
@@ -157,6 +167,7 @@ def run_rollouts(config: RolloutConfig) -> list[EpisodeOutcome]:
             )
         model = models[config.model]
         env = make_env(config.task or model.task)
+        _check_task(env, model, config.task)
         seed_simulator(config.seed)
         outcomes = []
         for index in tqdm(range(config.episodes), desc=f"rollout {config.model}", unit="episode"):
@@ -165,8 +176,24 @@ def run_rollouts(config: RolloutConfig) -> list[EpisodeOutcome]:
     return outcomes
 
 
+def _check_task(env: Any, model: ModelPublic, task: str | None) -> None:
+    """Refuse an env the model cannot read; say so when the task differs from the model's."""
+    shape = getattr(env.observation_space, "shape", None) or ()
+    if int(np.prod(shape)) != model.observation_dim:
+        raise ValueError(
+            f"{task} observations have {int(np.prod(shape))} values; model {model.name} "
+            f"({model.task}) reads {model.observation_dim}"
+        )
+    if task is not None and task != model.task:
+        logger.warning("model %s was trained on %s, not %s", model.name, model.task, task)
+
+
 def summarise(outcomes: list[EpisodeOutcome]) -> dict[str, Any]:
-    """Mean and std of raw and normalised reward and cost."""
+    """Mean and std of raw and normalised reward and cost, and how many episodes went over.
+
+    `safe` is the paper's verdict on the mean (normalised cost <= 1); `episodes_over_budget`
+    counts the single episodes whose cost exceeded their limit.
+    """
     rewards = np.array([o.reward for o in outcomes])
     costs = np.array([o.cost for o in outcomes])
     normalised_costs = np.array([o.normalised_cost for o in outcomes])
@@ -178,10 +205,26 @@ def summarise(outcomes: list[EpisodeOutcome]) -> dict[str, Any]:
         "cost_std": float(costs.std()),
         "normalised_cost_mean": float(normalised_costs.mean()),
         "safe": bool(normalised_costs.mean() <= 1.0),
+        "episodes_over_budget": sum(o.over_budget for o in outcomes),
+        "share_over_budget": float(np.mean([o.over_budget for o in outcomes])),
     }
     if all(o.normalised_reward is not None for o in outcomes):
         summary["normalised_reward_mean"] = float(np.mean([o.normalised_reward for o in outcomes]))
     return summary
+
+
+def _schedule_argument(text: str) -> tuple[tuple[int, float], ...]:
+    try:
+        return parse_cost_schedule(text)
+    except ValueError as error:  # argparse shows an ArgumentTypeError's text, not a ValueError's
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -189,13 +232,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--server", default="http://127.0.0.1:8000", help="service base URL")
     parser.add_argument("--model", required=True, help="model name (GET /v1/models)")
     parser.add_argument("--task", help="gymnasium env id (default: the model's task)")
-    parser.add_argument("--episodes", type=int, default=5)
+    parser.add_argument("--episodes", type=_positive_int, default=5)
     parser.add_argument("--cost-limit", type=float, default=10.0, help="episode cost budget")
     parser.add_argument("--target-reward", type=float, help="default: the model card's target")
     parser.add_argument(
         "--cost-schedule",
         default="",
-        type=parse_cost_schedule,
+        type=_schedule_argument,
         help="STEP:LIMIT,... e.g. 0:20,100:5 changes the limit at step 100",
     )
     parser.add_argument("--seed", type=int, default=0)
@@ -222,23 +265,35 @@ def main(argv: list[str] | None = None) -> None:
         deterministic=args.deterministic,
         token=args.token,
     )
+    if args.json and not args.json.resolve().parent.is_dir():
+        _fail(f"--json {args.json}: folder {args.json.resolve().parent} does not exist")
+    if (
+        args.cost_schedule
+        and args.cost_schedule[0][0] == 0
+        and "--cost-limit" in (argv or sys.argv)
+    ):
+        logger.warning("--cost-schedule sets the limit at step 0; --cost-limit is not used")
     try:
         outcomes = run_rollouts(config)
+    except ServiceUnreachableError as error:
+        _fail(f"cannot reach {args.server} ({error}); is `cdt serve` running there?")
     except (PolicyClientError, ValueError) as error:
-        print(f"cdt rollout: {error}", file=sys.stderr)  # noqa: T201
-        raise SystemExit(2) from error
+        _fail(str(error))
     for outcome in outcomes:
-        print(  # noqa: T201
-            f"seed {outcome.seed}: steps {outcome.steps} reward {outcome.reward:.1f} "
-            f"cost {outcome.cost:.1f} (limit {outcome.cost_limit:g}, "
-            f"normalised cost {outcome.normalised_cost:.2f})"
-        )
+        print(outcome.describe())  # noqa: T201
+    for warning in dict.fromkeys(w for outcome in outcomes for w in outcome.warnings):
+        print(f"server warning: {warning}")  # noqa: T201
     summary = summarise(outcomes)
     print(json.dumps(summary, indent=2))  # noqa: T201
     if args.json:
         args.json.write_text(
             json.dumps({"summary": summary, "episodes": [asdict(o) for o in outcomes]}, indent=2)
         )
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"cdt rollout: {message}", file=sys.stderr)  # noqa: T201
+    raise SystemExit(2)
 
 
 if __name__ == "__main__":

@@ -61,3 +61,35 @@ def test_rollout_cli_unknown_model_exits_2(
         main(["--server", ballrun_url, "--model", "nope", "--episodes", "1"])
     assert exit_info.value.code == 2
     assert "no model 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_rollout_cli_prints_verdicts_budget_changes_and_the_share_over(
+    ballrun_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main(["--server", ballrun_url, "--model", "toy", "--episodes", "2",
+          "--cost-schedule", "0:20,30:5"])  # fmt: skip
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("seed ")]
+    assert len(lines) == 2
+    assert all("limit 20 -> 5 at step 30" in line for line in lines)
+    assert all(line.endswith(("within budget", "OVER budget")) for line in lines)
+    assert '"episodes_over_budget"' in out and '"share_over_budget"' in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--episodes", "0"], "must be at least 1"),
+        (["--cost-schedule", "100"], "expected STEP:LIMIT"),
+        (["--json", "/no/such/dir/out.json"], "does not exist"),
+        (["--server", "http://127.0.0.1:9"], "is `cdt serve` running"),
+    ],
+)
+def test_rollout_cli_refuses_bad_input_in_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--model", "toy", "--server", "http://127.0.0.1:9", *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
