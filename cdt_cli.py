@@ -13,7 +13,7 @@ import sys
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("training.collect.cli", "collect an offline dataset with PPO-Lagrangian (PID)"),
     "dataset": ("training.data.cli", "inspect, reduce or add outliers to a dataset"),
-    "train": ("training.learn.train", "train CDT or a baseline on a dataset"),
+    "train": ("training.learn.cli", "train CDT or a baseline on a dataset"),
     "select": (
         "training.evaluation.select",
         "choose best.pt among a run's kept checkpoints (simulator)",

@@ -78,11 +78,13 @@ def run_episodes(
     *,
     record_steps: bool = False,
     env_factory: Callable[[str], Any] | None = None,
+    on_episode_end: Callable[[], object] | None = None,
 ) -> list[EpisodeResult]:
     """Run one episode per spec, all stepping together; results come back in the specs' order.
 
     Args:
         env_factory: builds one env per episode (default: the Bullet-Safety-Gym wrapper).
+        on_episode_end: called as each episode ends (a progress bar's update, say).
     """
     from runtime.sim import make_env, seed_simulator
 
@@ -126,6 +128,8 @@ def run_episodes(
                 step_costs[i].append(cost)
             if not (terminated or truncated):
                 still_active.append(i)
+            elif on_episode_end is not None:
+                on_episode_end()
         active = still_active
     for env in envs:
         env.close()

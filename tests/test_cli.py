@@ -61,8 +61,27 @@ def test_cli_serve_does_not_import_torch() -> None:
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
 
 
+@pytest.mark.parametrize("module", ["training.evaluation.evaluate", "training.learn.cli"])
+def test_cli_commands_that_need_no_torch_or_h5py_import_neither(module: str) -> None:
+    code = (
+        f"import sys, importlib; importlib.import_module({module!r}); "
+        "sys.exit(1 if {'torch', 'h5py'} & set(sys.modules) else 0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
+
+
 def test_cli_train_routes_baselines_to_their_trainer() -> None:
     assert cdt_cli._baseline_algo(["--dataset", "x.hdf5", "--algo", "bc-safe"])
     assert cdt_cli._baseline_algo(["--algo=bcq-lag"])
     assert not cdt_cli._baseline_algo(["--algo", "cdt"])
     assert not cdt_cli._baseline_algo([])
+
+
+def test_cli_train_help_names_the_baselines() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "cdt_cli", "train", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "bc-safe" in result.stdout and "coptidice" in result.stdout

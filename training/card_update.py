@@ -13,7 +13,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from training.data.dataset import load_dataset
 from training.data.frontiers import derive_default_targets
 
 CARD_FILE = "model.json"
@@ -85,6 +84,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dataset", type=Path, required=True)
     parser.add_argument("--thresholds", type=float, nargs="+", default=[10.0, 20.0, 40.0])
     args = parser.parse_args(argv)
+    from training.data.dataset import load_dataset  # h5py: only this command reads a dataset
+
     dataset = load_dataset(args.dataset)
     targets = derive_default_targets(
         dataset.cost_returns, dataset.reward_returns, tuple(args.thresholds)

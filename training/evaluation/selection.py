@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec, run_episodes
 from runtime.protocol import selection_seeds, target_reward_for
@@ -75,14 +76,18 @@ def evaluate_model(
     """Run `specs` with the model in eval mode; its training mode is restored afterwards."""
     was_training = model.training
     policy = torch_episode_policy(model, stats, budget_scale)
+    bar = tqdm(total=len(specs), desc="selection episodes", unit="episode", leave=False)
     try:
         # in chunks: one Bullet env holds ~90 MB, and 120 of them at once took 10.7 GB
         return [
             result
             for start in range(0, len(specs), EPISODES_AT_ONCE)
-            for result in run_episodes(policy, task, specs[start : start + EPISODES_AT_ONCE])
+            for result in run_episodes(
+                policy, task, specs[start : start + EPISODES_AT_ONCE], on_episode_end=bar.update
+            )
         ]
     finally:
+        bar.close()
         model.train(was_training)
 
 

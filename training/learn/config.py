@@ -30,7 +30,9 @@ class TrainConfig:
     algo: Literal["cdt", "dt-cost", "dt"] = "cdt"
     """`cdt`; `dt-cost`: plain DT with a cost token (MSE head, no augmentation, no extras); `dt`:
     unconstrained DT, i.e. DT-Cost with its cost-to-go input held at zero, so the policy cannot
-    see the cost budget (the epsilon-reducible study)."""
+    see the cost budget (the epsilon-reducible study). The paper's baselines train through the
+    same command with their own options: `--algo bc-all|bc-safe|bc-risky|bc-frontier|bc-boundary|
+    mt-bc|bcq-lag|bear-lag|cpq|coptidice|bcq|bear` (see `cdt train --algo bc-safe --help`)."""
     out_dir: Path = Path("runs")
     """Parent folder of run directories."""
     run_name: str | None = None

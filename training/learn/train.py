@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from training.data.windows import (
 )
 from training.evaluation.selection import describe, evaluate_model, selection_specs
 from training.learn.checkpoint import load_checkpoint, write_checkpoint
-from training.learn.config import ConfigError, TrainConfig, parse_config
+from training.learn.config import TrainConfig
 from training.learn.distributed import (
     DistributedContext,
     average_gradients,
@@ -301,6 +300,13 @@ def prepare_training(config: TrainConfig) -> TrainState:
         sampler.buffer = sampler.buffer.rows_to(device)
     torch.manual_seed(config.seed + 1 + context.rank)  # dropout stream, distinct per rank
     run_dir = _run_dir(config, dataset.task)
+    if context.is_main:
+        logger.info(
+            "run folder %s (Ctrl-C stops after the current step and keeps last.pt; "
+            "continue with: cdt train --resume %s)",
+            run_dir,
+            run_dir / "last.pt",
+        )
     trainable: torch.nn.Module = model
     if config.compile:
         trainable = torch.compile(model)  # type: ignore[assignment]
@@ -436,24 +442,3 @@ def train(config: TrainConfig) -> Path:
             state.log.close()
         shutdown_distributed(state.context)
     return path
-
-
-def main(argv: list[str] | None = None) -> None:
-    """`cdt train --dataset FILE --preset cpu|paper [...]`."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("training").setLevel(logging.INFO)
-    try:
-        config = parse_config(sys.argv[1:] if argv is None else argv)
-    except ConfigError as error:
-        print(f"cdt train: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
-    try:
-        path = train(config)
-    except TrainingInterrupted as stopped:
-        print(f"interrupted: {stopped}", file=sys.stderr)
-        raise SystemExit(130) from None
-    print(f"checkpoint: {path}")
-
-
-if __name__ == "__main__":
-    main()

@@ -11,8 +11,9 @@ import torch
 
 from tests.training.cdt_synthetic import tiny_config, write_dataset
 from training.learn.checkpoint import load_checkpoint
+from training.learn.cli import main
 from training.learn.config import PRESETS, TrainConfig, parse_config
-from training.learn.train import cpu_has_native_bf16, main, train
+from training.learn.train import cpu_has_native_bf16, train
 
 
 @pytest.fixture(scope="module")
