@@ -24,24 +24,54 @@ import torch
 import tyro
 from torch import nn
 
+from runtime.context import WINDOW_NAMES
 from training.data.windows import NormalisationStats
 from training.learn.checkpoint import load_checkpoint
 from training.learn.model import ConstrainedDecisionTransformer, ModelConfig
 from training.provenance import git_commit
 
 logger = logging.getLogger(__name__)
-INPUT_NAMES = ["states", "actions", "returns_to_go", "costs_to_go", "time_steps", "padding_mask"]
+INPUT_NAMES = list(WINDOW_NAMES)  # the contract's input order, written once in runtime/context.py
 OUTPUT_NAMES = ["action_mean", "action_log_std"]
 ONNX_OPSET = 18
 
 
-class OnnxPolicy(nn.Module):
-    """Raw env-unit windows in, the newest step's action distribution (env units) out."""
+class EnvUnitPolicy(nn.Module):
+    """Base of every exported graph: it owns state standardisation and action scaling, so the
+    graph reads and answers env units and the service never re-implements either."""
 
     state_mean: torch.Tensor  # [state_dim]
     state_std: torch.Tensor  # [state_dim]
     action_center: torch.Tensor  # [action_dim]
     action_half_range: torch.Tensor  # [action_dim]
+
+    def __init__(self, state_mean: Any, state_std: Any, action_low: Any, action_high: Any) -> None:
+        super().__init__()
+        low = torch.as_tensor(action_low, dtype=torch.float32)
+        high = torch.as_tensor(action_high, dtype=torch.float32)
+        self.register_buffer("state_mean", torch.as_tensor(state_mean, dtype=torch.float32))
+        self.register_buffer("state_std", torch.as_tensor(state_std, dtype=torch.float32))
+        self.register_buffer("action_center", (high + low) / 2)
+        self.register_buffer("action_half_range", (high - low) / 2)
+
+    def standardise(self, states: torch.Tensor) -> torch.Tensor:
+        """Env-unit states [..., state_dim] -> standardised states."""
+        return (states - self.state_mean) / self.state_std
+
+    def unit_actions(self, actions: torch.Tensor) -> torch.Tensor:
+        """Env-unit actions [..., action_dim] -> [-1, 1]."""
+        return (actions - self.action_center) / self.action_half_range
+
+    def env_actions(
+        self, unit_mean: torch.Tensor, unit_log_std: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A Gaussian over [-1, 1] actions -> the same Gaussian in env units."""
+        mean = unit_mean * self.action_half_range + self.action_center
+        return mean, unit_log_std + torch.log(self.action_half_range)
+
+
+class OnnxPolicy(EnvUnitPolicy):
+    """Raw env-unit windows in, the newest step's action distribution (env units) out."""
 
     def __init__(
         self,
@@ -49,14 +79,8 @@ class OnnxPolicy(nn.Module):
         stats: NormalisationStats,
         budget_scale: float = 1.0,
     ) -> None:
-        super().__init__()
+        super().__init__(stats.state_mean, stats.state_std, stats.action_low, stats.action_high)
         self.model = model.eval()
-        low = torch.tensor(stats.action_low, dtype=torch.float32)
-        high = torch.tensor(stats.action_high, dtype=torch.float32)
-        self.register_buffer("state_mean", torch.tensor(stats.state_mean, dtype=torch.float32))
-        self.register_buffer("state_std", torch.tensor(stats.state_std, dtype=torch.float32))
-        self.register_buffer("action_center", (high + low) / 2)
-        self.register_buffer("action_half_range", (high - low) / 2)
         self.reward_scale = float(stats.reward_scale)
         # Deviation (measured): the graph may feed budget_scale x the remaining cost budget, chosen
         # by `cdt select` so that few episodes exceed their budget (training/evaluation/select.py).
@@ -76,18 +100,16 @@ class OnnxPolicy(nn.Module):
         """Shapes as in docs/ARTIFACT.md; returns ([B, act_dim], [B, act_dim])."""
         real = (~padding_mask).unsqueeze(-1)  # [batch, seq_len, 1]
         # Padding positions are zeroed so that whatever the caller put there cannot leak in.
-        states = torch.where(real, (states - self.state_mean) / self.state_std, 0.0)
-        actions = torch.where(real, (actions - self.action_center) / self.action_half_range, 0.0)
+        states = torch.where(real, self.standardise(states), 0.0)
+        actions = torch.where(real, self.unit_actions(actions), 0.0)
         returns_to_go = torch.where(real[..., 0], returns_to_go * self.reward_scale, 0.0)
         costs_to_go = torch.where(real[..., 0], costs_to_go * self.cost_scale, 0.0)
         time_steps = time_steps.clamp(0, self.max_time_step)
         output = self.model(
             states, actions, returns_to_go, costs_to_go, time_steps, padding_mask, newest_only=True
         )
-        mean = output.action_mean[:, -1]  # [batch, action_dim], in [-1, 1]
-        log_std = output.action_log_std[:, -1]
-        mean = mean * self.action_half_range + self.action_center
-        return mean, log_std + torch.log(self.action_half_range)
+        # [batch, action_dim] each, the mean in [-1, 1]
+        return self.env_actions(output.action_mean[:, -1], output.action_log_std[:, -1])
 
 
 def policy_from_checkpoint(checkpoint: dict[str, Any]) -> OnnxPolicy:

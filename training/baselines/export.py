@@ -29,35 +29,28 @@ from training.baselines.networks import DETERMINISTIC_LOG_STD
 from training.baselines.trainer import TrainedBaseline
 from training.data.dataset import OfflineDataset
 from training.data.windows import dataset_summary
+from training.export import INPUT_NAMES, OUTPUT_NAMES, EnvUnitPolicy
 from training.provenance import git_commit
 
 ONNX_OPSET = 17
 CONTEXT_LEN = 1
-INPUT_NAMES = ("states", "actions", "returns_to_go", "costs_to_go", "time_steps", "padding_mask")
-OUTPUT_NAMES = ("action_mean", "action_log_std")
 
 
-class OnnxBaselinePolicy(nn.Module):
+class OnnxBaselinePolicy(EnvUnitPolicy):
     """The exported graph: contract inputs -> (action_mean, action_log_std) in env units."""
 
-    state_mean: torch.Tensor
-    state_std: torch.Tensor
-    action_low: torch.Tensor
-    action_high: torch.Tensor
     cost_normaliser: torch.Tensor
 
     def __init__(self, head: nn.Module, normaliser: Normaliser) -> None:
-        super().__init__()
+        super().__init__(
+            normaliser.state_mean,
+            normaliser.state_std,
+            normaliser.action_low,
+            normaliser.action_high,
+        )
         self.head = head
-
-        def buffer(values: Any) -> torch.Tensor:
-            return torch.as_tensor(values, dtype=torch.float32)
-
-        self.register_buffer("state_mean", buffer(normaliser.state_mean))
-        self.register_buffer("state_std", buffer(normaliser.state_std))
-        self.register_buffer("action_low", buffer(normaliser.action_low))
-        self.register_buffer("action_high", buffer(normaliser.action_high))
-        self.register_buffer("cost_normaliser", buffer(normaliser.cost_normaliser))
+        cost = torch.as_tensor(normaliser.cost_normaliser, dtype=torch.float32)
+        self.register_buffer("cost_normaliser", cost)
 
     def forward(
         self,
@@ -69,15 +62,18 @@ class OnnxBaselinePolicy(nn.Module):
         padding_mask: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """states [B, K, obs_dim], costs_to_go [B, K] -> mean, log-std [B, act_dim]."""
-        newest = (states[:, -1] - self.state_mean) / self.state_std  # [B, obs_dim], step K - 1
+        newest = self.standardise(states[:, -1])  # [B, obs_dim], step K - 1
         condition = costs_to_go[:, -1] / self.cost_normaliser  # [B]
         unit_mean, unit_log_std = self.head(newest, condition)
-        half_range = (self.action_high - self.action_low) / 2.0  # [act_dim]
-        mean = self.action_low + (unit_mean + 1.0) * half_range
-        mean = torch.minimum(torch.maximum(mean, self.action_low), self.action_high)
+        deterministic = unit_log_std is None
         if unit_log_std is None:
+            unit_log_std = torch.zeros_like(unit_mean)
+        mean, log_std = self.env_actions(unit_mean, unit_log_std)
+        low = self.action_center - self.action_half_range
+        mean = torch.minimum(torch.maximum(mean, low), self.action_center + self.action_half_range)
+        if deterministic:
             return mean, torch.full_like(mean, DETERMINISTIC_LOG_STD)
-        return mean, unit_log_std + torch.log(half_range)
+        return mean, log_std
 
 
 def example_inputs(

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from runtime.context import WINDOW_NAMES
 from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec, run_episodes
 from runtime.protocol import selection_seeds, target_reward_for
 from training.data.windows import NormalisationStats
@@ -32,7 +33,7 @@ def torch_episode_policy(
 
     @torch.no_grad()
     def predict(windows: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        inputs = [torch.as_tensor(windows[name]).to(device) for name in _INPUT_ORDER]
+        inputs = [torch.as_tensor(windows[name]).to(device) for name in WINDOW_NAMES]
         mean, log_std = policy(*inputs)
         return mean.float().cpu().numpy(), log_std.float().cpu().numpy()
 
@@ -47,8 +48,6 @@ def torch_episode_policy(
 
 EPISODES_AT_ONCE = 60
 """Episodes stepped together in one evaluation chunk (memory, not speed, sets it)."""
-
-_INPUT_ORDER = ("states", "actions", "returns_to_go", "costs_to_go", "time_steps", "padding_mask")
 
 
 def selection_specs(
