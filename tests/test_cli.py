@@ -38,6 +38,12 @@ def test_cli_export_of_a_missing_checkpoint_is_one_line(
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1
     assert not (tmp_path / "model").exists()
+    corrupt = tmp_path / "corrupt.pt"
+    corrupt.write_text("not a checkpoint")
+    with pytest.raises(SystemExit) as exit_info:
+        export_main([str(corrupt), "--out", str(tmp_path / "model")])
+    assert exit_info.value.code == 2
+    assert "not a readable checkpoint" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", sorted(cdt_cli.SUBCOMMANDS))

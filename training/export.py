@@ -26,7 +26,7 @@ from torch import nn
 
 from runtime.context import WINDOW_NAMES
 from training.data.windows import NormalisationStats
-from training.learn.checkpoint import load_checkpoint
+from training.learn.checkpoint import CheckpointError, load_checkpoint
 from training.learn.model import ConstrainedDecisionTransformer, ModelConfig
 from training.provenance import git_commit
 
@@ -253,7 +253,11 @@ def main(argv: list[str] | None = None) -> None:
     if not args.checkpoint.is_file():
         print(f"cdt export: {args.checkpoint}: no such checkpoint", file=sys.stderr)
         raise SystemExit(2)
-    out_dir = export_checkpoint(args.checkpoint, args.out, args.name, args.version)
+    try:
+        out_dir = export_checkpoint(args.checkpoint, args.out, args.name, args.version)
+    except CheckpointError as error:
+        print(f"cdt export: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     print(f"exported: {out_dir / 'model.onnx'} and {out_dir / 'model.json'}")
 
 

@@ -36,9 +36,17 @@ def write_checkpoint(path: Path, payload: dict[str, Any]) -> Path:
     return path
 
 
+class CheckpointError(ValueError):
+    """A file that is not a readable CDT checkpoint: one line for the user."""
+
+
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """Load a checkpoint onto the CPU with `weights_only=True`."""
-    payload = torch.load(Path(path), map_location="cpu", weights_only=True)
+    try:
+        payload = torch.load(Path(path), map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises pickle, zip and runtime errors for a bad file
+        kind = type(error).__name__
+        raise CheckpointError(f"{path}: not a readable checkpoint (torch.load: {kind})") from error
     if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not a CDT checkpoint (format {CHECKPOINT_FORMAT})")
+        raise CheckpointError(f"{path} is not a CDT checkpoint (format {CHECKPOINT_FORMAT})")
     return payload

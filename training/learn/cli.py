@@ -20,11 +20,16 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as error:
         print(f"cdt train: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    from training.data.dataset import DatasetError
+    from training.learn.checkpoint import CheckpointError
     from training.learn.interrupt import TrainingInterrupted
     from training.learn.train import train
 
     try:
         path = train(config)
+    except (DatasetError, CheckpointError) as error:
+        print(f"cdt train: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     except TrainingInterrupted as stopped:
         print(
             f"interrupted at step {stopped.step}; continue with: "

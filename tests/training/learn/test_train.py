@@ -147,3 +147,15 @@ def test_train_cli_refuses_missing_files_in_one_line(
         assert stopped.value.code == 2
         error = capsys.readouterr().err
         assert error.startswith(f"cdt train: {flag} ") and error.count("\n") == 1
+
+
+def test_train_cli_refuses_corrupt_files_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    corrupt = tmp_path / "corrupt.hdf5"
+    corrupt.write_text("not hdf5")
+    with pytest.raises(SystemExit) as stopped:
+        main(["--dataset", str(corrupt)])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith("cdt train: not a readable HDF5 file") and error.count("\n") == 1
