@@ -34,4 +34,7 @@ EXPOSE 8000
 # slim images have no curl: probe /livez with the standard library
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/livez', timeout=4).status != 200)"]
-CMD ["uvicorn", "service.main:create_app", "--factory", "--host", "0.0.0.0", "--port", "8000"]
+# --http: uvicorn's protocol with a request-head timeout (CDT_HTTP_HEADER_TIMEOUT_S and
+# CDT_HTTP_KEEP_ALIVE_S set both timeouts)
+CMD ["uvicorn", "service.main:create_app", "--factory", \
+     "--http", "service.protocol:GuardedHTTPProtocol", "--host", "0.0.0.0", "--port", "8000"]

@@ -13,8 +13,11 @@ import os
 from pathlib import Path
 
 import uvicorn
+from pydantic import ValidationError
 
 from service.config import Settings
+from service.policy import CARD_FILE
+from service.protocol import GuardedHTTPProtocol
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +28,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="bind port (default 8000)")
     parser.add_argument("--models-dir", type=Path, help="model repository (default models/)")
+    parser.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="start even when the models folder holds no model (load them later by reload)",
+    )
     parser.add_argument("--workers", type=int, default=1, help="processes; >1 needs --redis-url")
     parser.add_argument("--redis-url", help="session store, e.g. redis://127.0.0.1:6379/0")
     parser.add_argument("--episode-ttl", type=float, help="idle episode expiry in seconds")
@@ -39,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="micro-batch concurrent forward passes (off by default: it did not pay on 2 cores)",
     )
+    parser.add_argument(
+        "--header-timeout", type=float, help="seconds a connection has to send a request head"
+    )
+    parser.add_argument("--keep-alive", type=float, help="idle keep-alive connection timeout (s)")
     parser.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
     parser.add_argument(
         "--access-log",
@@ -60,17 +72,48 @@ def settings_environment(args: argparse.Namespace) -> dict[str, str]:
         "CDT_API_TOKENS": ",".join(args.api_token) if args.api_token else None,
         "CDT_INTRA_OP_THREADS": args.intra_op_threads,
         "CDT_BATCHING": None if args.batching is None else str(args.batching).lower(),
+        "CDT_HTTP_HEADER_TIMEOUT_S": args.header_timeout,
+        "CDT_HTTP_KEEP_ALIVE_S": args.keep_alive,
     }
     return {name: str(value) for name, value in values.items() if value is not None}
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Parse `cdt serve` options and run uvicorn until interrupted."""
-    args = build_parser().parse_args(argv)
-    os.environ.update(settings_environment(args))
-    settings = Settings()  # validate the options here, before any worker starts
+def load_settings(parser: argparse.ArgumentParser) -> Settings:
+    """`Settings` from the environment the options set; exits 2 with one line when invalid."""
+    try:
+        return Settings()
+    except ValidationError as invalid:
+        error = invalid.errors()[0]
+        name = "CDT_" + "_".join(str(part) for part in error["loc"]).upper()
+        parser.exit(2, f"cdt serve: invalid {name}: {error['msg']}\n")
+
+
+def startup_problem(args: argparse.Namespace, settings: Settings) -> str | None:
+    """Why the service should not start with these options (one line), or None."""
     if args.workers > 1 and not settings.redis_url:
-        raise SystemExit("cdt serve: --workers > 1 needs --redis-url (episodes must be shared)")
+        return "--workers > 1 needs --redis-url (episodes must be shared)"
+    models_dir = settings.models_dir
+    if not models_dir.is_dir():
+        return f"models folder {models_dir} does not exist"
+    if args.allow_empty or any(models_dir.glob(f"*/{CARD_FILE}")):
+        return None
+    if (models_dir / CARD_FILE).is_file():
+        return (
+            f"{models_dir} is one model's folder; point --models-dir at the folder that holds "
+            f"it ({models_dir.resolve().parent})"
+        )
+    return f"{models_dir} holds no model (no */{CARD_FILE}); --allow-empty starts anyway"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse `cdt serve` options, check them and run uvicorn until interrupted."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    os.environ.update(settings_environment(args))
+    settings = load_settings(parser)  # checked here, before any worker starts
+    problem = startup_problem(args, settings)
+    if problem is not None:
+        parser.exit(2, f"cdt serve: {problem}\n")
     logging.basicConfig(level=args.log_level.upper())
     uvicorn.run(
         "service.main:create_app",
@@ -78,6 +121,7 @@ def main(argv: list[str] | None = None) -> None:
         host=args.host,
         port=args.port,
         workers=args.workers,
+        http=GuardedHTTPProtocol,  # the header timeout and keep-alive of the settings
         log_level=args.log_level,
         access_log=args.access_log,
         ws_max_size=settings.max_body_bytes,

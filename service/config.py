@@ -56,6 +56,17 @@ class Settings(BaseSettings):
     batch_max_wait_ms: float = Field(default=1.0, ge=0.0, le=100.0)
     """How long the first request of a micro-batch waits for company."""
 
+    # connection guards: the HTTP timeouts are applied by `service.protocol.GuardedHTTPProtocol`
+    # (`cdt serve`, or `uvicorn --http service.protocol:GuardedHTTPProtocol`)
+    http_header_timeout_s: PositiveFloat = 10.0
+    """A connection must send a complete request head within this many seconds of opening or of
+    its previous response, or it is closed (uvicorn has no header timeout of its own)."""
+    http_keep_alive_s: PositiveFloat = 5.0
+    """Idle keep-alive connections close after this many seconds (replaces uvicorn's
+    `--timeout-keep-alive`)."""
+    ws_max_invalid_frames: PositiveInt = 20
+    """Consecutive invalid websocket frames (bad JSON, schema violations) before close 1008."""
+
     @field_validator("api_tokens", mode="before")
     @classmethod
     def _split_tokens(cls, value: Any) -> Any:

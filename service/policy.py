@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -131,6 +132,11 @@ class ModelCard(BaseModel):
             f"cost limit {target_cost:g} lies outside the validated range "
             f"[{low:g}, {high:g}] of {self.name} {self.version}; the cost is not guaranteed"
         ]
+
+
+def describe_refused(failures: list[ReloadFailure]) -> str:
+    """One line naming the refused model folders."""
+    return f"{len(failures)} model folder(s) refused: {', '.join(f.path for f in failures)}"
 
 
 def read_card(directory: Path) -> ModelCard:
@@ -259,10 +265,21 @@ class ModelRepository:
         self._keep_versions = keep_versions
         self._current: dict[str, Policy] = {}
         self._versions: dict[tuple[str, str], Policy] = {}
+        self._refused: list[ReloadFailure] = []
         self._reload_lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._current)
+
+    @property
+    def refused(self) -> list[ReloadFailure]:
+        """The folders the last reload refused, relative to `models_dir`: `/readyz` shows them
+        without a token, so the repository's location stays out."""
+        prefix = f"{self.models_dir}{os.sep}"
+        return [
+            ReloadFailure(path=f.path.removeprefix(prefix), error=f.error.replace(prefix, ""))
+            for f in self._refused
+        ]
 
     def policies(self) -> list[Policy]:
         """The current version of every served model, by name."""
@@ -310,6 +327,7 @@ class ModelRepository:
             versions.update({(p.card.name, p.card.version): p for p in current.values()})
             self._versions = self._trim(versions, current)
             self._current = current
+            self._refused = list(result.failed)
             for failure in result.failed:
                 logger.error("model refused: %s: %s", failure.path, failure.error)
             return result

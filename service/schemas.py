@@ -213,14 +213,6 @@ class ErrorResponse(WireModel):
     field: str | None = None
 
 
-class HealthStatus(WireModel):
-    """Answer of `/livez` and `/readyz`."""
-
-    status: Literal["ok", "unavailable"]
-    models: int = 0
-    detail: str | None = None
-
-
 class ModelRef(WireModel):
     """A (name, version) pair."""
 
@@ -242,6 +234,25 @@ class ReloadResult(WireModel):
     unchanged: list[ModelRef]
     removed: list[ModelRef]
     failed: list[ReloadFailure]
+
+
+class ReloadRefused(ReloadResult):
+    """422 answer of a reload that refused models: an `ErrorResponse` with the reload's outcome."""
+
+    code: str = "models_refused"
+    detail: str
+    field: str | None = None
+
+
+class HealthStatus(WireModel):
+    """Answer of `/livez` and `/readyz`."""
+
+    status: Literal["ok", "unavailable"]
+    models: int = 0
+    detail: str | None = None
+    refused: list[ReloadFailure] = Field(
+        default_factory=list, description="model folders the last reload refused, and why"
+    )
 
 
 # ---- websocket frames -------------------------------------------------------------------------

@@ -32,6 +32,8 @@ SERVE_COMMAND = (
     "uvicorn",
     "service.main:create_app",
     "--factory",
+    "--http",
+    "service.protocol:GuardedHTTPProtocol",
     "--host",
     "0.0.0.0",
     "--port",
@@ -295,14 +297,26 @@ def test_serve_command_runs_outside_docker(tmp_path):
     port = _free_port()  # SERVE_COMMAND as it is, except a free port instead of 8000
     argv = [uvicorn, *SERVE_COMMAND[1:-1], str(port)]
     models = REPO / "models" if (REPO / "models").is_dir() else tmp_path
-    env = {**os.environ, "CDT_MODELS_DIR": str(models)}
+    env = {**os.environ, "CDT_MODELS_DIR": str(models), "CDT_HTTP_HEADER_TIMEOUT_S": "0.5"}
     env.pop("CDT_REDIS_URL", None)
     log = tmp_path / "serve.log"
     with log.open("wb") as output:
         process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=output, stderr=output)
         try:
             status = _wait_for_livez(port, process, timeout_s=30.0)
+            closed = status == 200 and _partial_head_is_closed(port)
         finally:
             process.terminate()
             process.wait(timeout=15)
     assert status == 200, log.read_text()[-2000:]
+    assert closed, "a connection that never finished its request head stayed open"
+
+
+def _partial_head_is_closed(port: int) -> bool:
+    """Send half a request head: the command's --http protocol must close the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(b"GET /livez HTTP/1.1\r\nHost: test\r\n")
+        try:
+            return connection.recv(1024) == b""
+        except TimeoutError:
+            return False

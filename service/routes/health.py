@@ -7,7 +7,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
 from service.deps import EpisodeServiceDep, MetricsDep
-from service.schemas import HealthStatus
+from service.policy import describe_refused
+from service.schemas import HealthStatus, ReloadFailure
 
 router = APIRouter(tags=["health"])
 
@@ -20,14 +21,30 @@ async def livez() -> HealthStatus:
 
 @router.get("/readyz", responses={503: {"model": HealthStatus}})
 async def readyz(service: EpisodeServiceDep, response: Response) -> HealthStatus:
-    """Models are loaded and the session store answers."""
+    """Models are loaded, the last reload refused none, and the session store answers."""
     models = len(service.repository)
+    refused = service.repository.refused
     store_ok = await run_in_threadpool(service.store.ping)
-    if models and store_ok:
+    problems = readiness_problems(models, refused, store_ok)
+    if not problems:
         return HealthStatus(status="ok", models=models)
     response.status_code = 503
-    detail = "no model loaded" if not models else "session store unavailable"
-    return HealthStatus(status="unavailable", models=models, detail=detail)
+    detail = "; ".join(problems)
+    return HealthStatus(status="unavailable", models=models, detail=detail, refused=refused)
+
+
+def readiness_problems(models: int, refused: list[ReloadFailure], store_ok: bool) -> list[str]:
+    """Why this replica should get no traffic; empty when it is ready.
+
+    A refused model fails readiness even while other models (or its old version) serve: a
+    rollout with a broken file then stops at the first replica instead of shipping it.
+    """
+    problems = [] if models else ["no model loaded"]
+    if refused:
+        problems.append(describe_refused(refused))
+    if not store_ok:
+        problems.append("session store unavailable")
+    return problems
 
 
 @router.get("/metrics", include_in_schema=False)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Response
+from fastapi.responses import JSONResponse
 
 from service.deps import MetricsDep, RepositoryDep
 from service.errors import error_responses
-from service.schemas import ModelList, ModelPublic, ReloadResult
+from service.policy import describe_refused
+from service.schemas import ModelList, ModelPublic, ReloadRefused, ReloadResult
 
 router = APIRouter(tags=["models"])
 
@@ -27,9 +29,19 @@ async def get_model(
     return repository.current(name).card.to_public()
 
 
-@router.post("/admin/reload")
-def reload_models(repository: RepositoryDep, metrics: MetricsDep) -> ReloadResult:
-    """Rescan the model repository; broken files are refused and the old versions serve on."""
+@router.post(
+    "/admin/reload", response_model=ReloadResult, responses={422: {"model": ReloadRefused}}
+)
+def reload_models(repository: RepositoryDep, metrics: MetricsDep) -> ReloadResult | Response:
+    """Rescan the model repository; broken files are refused and the old versions serve on.
+
+    Any refused folder makes the answer 422 `models_refused`, with the same outcome fields, so
+    a deploy script notices; `/readyz` reports the refusals until a reload loads them.
+    """
     result = repository.reload()
     metrics.models.set(len(repository))
-    return result
+    if not result.failed:
+        return result
+    refused = ReloadRefused(**result.model_dump(), detail=describe_refused(result.failed))
+    metrics.errors.labels(refused.code).inc()
+    return JSONResponse(refused.model_dump(), status_code=422)

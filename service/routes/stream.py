@@ -3,12 +3,14 @@
 Inbound frames are `StreamMessage`s (`start`, `step`, `budget`, `end`), answered in order by
 `action`, `state`, `ended` or `error` frames that echo the frame's `request_id`.
 
-Close codes: a frame that is not a valid `StreamMessage` (bad JSON, unknown type, a field out of
-range) gets an `error` frame and then close 1008, as does a handshake without a valid token; a
-frame over the size limit closes with 1009; an internal error closes with 1011. A well-formed
-frame the service refuses (unknown or ended episode, wrong observation length, 429...) gets an
-`error` frame carrying the REST status, and the socket stays open: it may carry other episodes.
-This deviates from closing on an unknown episode, which suits one-episode sockets only.
+Every frame that fails gets an `error` frame carrying the REST status and echoing the frame's
+`request_id` and `episode_id` when they can be read, and the socket stays open: it may carry
+other episodes. That holds for a frame that is not a valid `StreamMessage` (bad JSON, unknown
+type, a field out of range) and for a well-formed frame the service refuses (unknown or ended
+episode, wrong observation length, 429...). Close codes: 1008 for a handshake without a valid
+token, and after `ws_max_invalid_frames` invalid frames in a row (a client that only sends
+garbage; refusals do not count: they answer for one episode, not for a broken client); 1009 for
+a frame over the size limit; 1011 for an internal error.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pydantic_core
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect, status
 from pydantic import BaseModel, ValidationError
 
@@ -50,13 +53,7 @@ async def stream(websocket: WebSocket, service: EpisodeServiceDep) -> None:
         await websocket.close(status.WS_1008_POLICY_VIOLATION, "missing or invalid bearer token")
         return
     try:
-        while True:
-            frame = await receive_frame(websocket)
-            reply, close_code = await handle_frame(frame, service)
-            await websocket.send_text(reply.model_dump_json())
-            if close_code is not None:
-                await websocket.close(close_code, "invalid message")
-                return
+        await serve_frames(websocket, service)
     except WebSocketDisconnect as disconnect:
         logger.debug("stream client went away (code %s)", disconnect.code)
     except Exception:
@@ -75,25 +72,59 @@ async def receive_frame(websocket: WebSocket) -> str | bytes:
     return text if text is not None else bytes(message.get("bytes") or b"")
 
 
-async def handle_frame(frame: str | bytes, service: EpisodeService) -> tuple[BaseModel, int | None]:
-    """Validate and run one frame; returns the reply and a close code (None: keep open)."""
-    if len(frame) > service.settings.max_body_bytes:
-        error = _error(413, "payload_too_large", "frame exceeds the size limit", "frame")
-        return error, status.WS_1009_MESSAGE_TOO_BIG
+async def serve_frames(websocket: WebSocket, service: EpisodeService) -> None:
+    """Answer frames until the client leaves or a close is due."""
+    settings = service.settings
+    invalid_run = 0
+    while True:
+        frame = await receive_frame(websocket)
+        if len(frame) > settings.max_body_bytes:
+            error = _error(413, "payload_too_large", "frame exceeds the size limit", "frame")
+            await websocket.send_text(error.model_dump_json())
+            await websocket.close(status.WS_1009_MESSAGE_TOO_BIG, "frame too big")
+            return
+        reply, invalid = await handle_frame(frame, service)
+        invalid_run = invalid_run + 1 if invalid else 0
+        await websocket.send_text(reply.model_dump_json())
+        if invalid_run >= settings.ws_max_invalid_frames:
+            reason = f"{invalid_run} invalid frames in a row"
+            await websocket.close(status.WS_1008_POLICY_VIOLATION, reason)
+            return
+
+
+async def handle_frame(frame: str | bytes, service: EpisodeService) -> tuple[BaseModel, bool]:
+    """Validate and run one frame; returns the reply and whether the frame was invalid."""
     try:
         message = StreamMessage.model_validate_json(frame).root
     except ValidationError as invalid:
         service.metrics.errors.labels("validation_error").inc()
         field, detail = describe_validation_error(invalid.errors())
-        return _error(422, "validation_error", detail, field), status.WS_1008_POLICY_VIOLATION
+        error = _error(422, "validation_error", detail, field)
+        error.request_id, error.episode_id = frame_ids(frame)
+        return error, True
     try:
-        return await dispatch(message, service), None
+        return await dispatch(message, service), False
     except ServiceError as refused:
         service.metrics.errors.labels(refused.code).inc()
         error = _error(refused.status_code, refused.code, refused.detail, refused.field)
         error.request_id = message.request_id
         error.episode_id = getattr(message, "episode_id", None)
-        return error, None
+        return error, False
+
+
+def frame_ids(frame: str | bytes) -> tuple[str | None, str | None]:
+    """`request_id` and `episode_id` of an invalid frame, when it is a JSON object holding them."""
+    try:
+        value = pydantic_core.from_json(frame)
+    except ValueError:
+        return None, None
+    if not isinstance(value, dict):
+        return None, None
+    request_id, episode_id = value.get("request_id"), value.get("episode_id")
+    return (
+        request_id if isinstance(request_id, str) else None,
+        episode_id if isinstance(episode_id, str) else None,
+    )
 
 
 async def dispatch(message: Inbound, service: EpisodeService) -> BaseModel:

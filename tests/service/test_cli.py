@@ -2,20 +2,58 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import uvicorn
 
 from service.cli import build_parser, main, settings_environment
 from service.config import Settings
+from service.protocol import GuardedHTTPProtocol
+
+
+@pytest.fixture(autouse=True)
+def restore_environment() -> Iterator[None]:
+    """`main` exports the options as `CDT_*` variables (for uvicorn's workers): undo that."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The keyword arguments of each `uvicorn.run` call, which starts nothing here."""
+    calls: list[dict[str, Any]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda *_, **kwargs: calls.append(kwargs))
+    monkeypatch.delenv("CDT_REDIS_URL", raising=False)
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    return calls
+
+
+def refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """Run `cdt serve ARGV`, which must exit 2 with one line on stderr; returns that line."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cdt serve: ")
+    return lines[0]
 
 
 def test_settings_environment_maps_given_options_to_cdt_variables() -> None:
-    args = build_parser().parse_args(
-        ["--models-dir", "m", "--api-token", "a", "--api-token", "b", "--no-batching"]
-    )
+    options = ["--models-dir", "m", "--api-token", "a", "--api-token", "b", "--no-batching"]
+    args = build_parser().parse_args([*options, "--header-timeout", "2.5"])
     env = settings_environment(args)
-    assert env == {"CDT_MODELS_DIR": "m", "CDT_API_TOKENS": "a,b", "CDT_BATCHING": "false"}
+    assert env == {
+        "CDT_MODELS_DIR": "m",
+        "CDT_API_TOKENS": "a,b",
+        "CDT_BATCHING": "false",
+        "CDT_HTTP_HEADER_TIMEOUT_S": "2.5",
+    }
 
 
 def test_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -34,8 +72,47 @@ def test_settings_defaults_serve_models_in_memory() -> None:
     assert settings.models_dir == Path("models") and not settings.batching
 
 
-def test_serve_several_workers_without_redis_exits(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("CDT_REDIS_URL", raising=False)
-    monkeypatch.delenv("REDIS_URL", raising=False)
-    with pytest.raises(SystemExit, match="redis"):
-        main(["--workers", "2"])
+def test_serve_several_workers_without_redis_exits_2(
+    served: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert "--redis-url" in refusal(["--workers", "2"], capsys)
+    assert not served
+
+
+def test_serve_missing_models_folder_exits_2_with_one_line(
+    served: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = refusal(["--models-dir", "/missing"], capsys)
+    assert line == "cdt serve: models folder /missing does not exist"
+    assert not served
+
+
+def test_serve_empty_models_folder_exits_2_unless_allowed(
+    served: list[dict[str, Any]], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert "--allow-empty" in refusal(["--models-dir", str(tmp_path)], capsys)
+    main(["--models-dir", str(tmp_path), "--allow-empty"])
+    assert len(served) == 1
+
+
+def test_serve_one_models_folder_gets_a_hint(
+    served: list[dict[str, Any]], capsys: pytest.CaptureFixture[str], models_dir: Path
+) -> None:
+    line = refusal(["--models-dir", str(models_dir / "toy")], capsys)
+    assert f"point --models-dir at the folder that holds it ({models_dir.resolve()})" in line
+
+
+def test_serve_invalid_option_exits_2_with_one_line(
+    served: list[dict[str, Any]], capsys: pytest.CaptureFixture[str], models_dir: Path
+) -> None:
+    line = refusal(["--models-dir", str(models_dir), "--episode-ttl", "-1"], capsys)
+    assert line.startswith("cdt serve: invalid CDT_EPISODE_TTL_S: ")
+
+
+def test_serve_runs_uvicorn_with_the_guarded_protocol(
+    served: list[dict[str, Any]], models_dir: Path
+) -> None:
+    main(["--models-dir", str(models_dir), "--keep-alive", "3"])
+    (call,) = served
+    assert call["http"] is GuardedHTTPProtocol and call["factory"]
+    assert os.environ["CDT_HTTP_KEEP_ALIVE_S"] == "3.0"

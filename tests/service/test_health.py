@@ -11,6 +11,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from service.config import Settings
 from service.main import create_app
+from tests.service.conftest import write_test_policy
 
 TOKEN = "s3cret"
 
@@ -33,6 +34,21 @@ def test_readyz_without_models_returns_503(settings: Settings, tmp_path: Path) -
         assert client.get("/livez").status_code == 200
         ready = client.get("/readyz")
         assert ready.status_code == 503 and ready.json()["detail"] == "no model loaded"
+
+
+def test_readyz_reports_a_corrupt_model_file_in_the_repository(
+    settings: Settings, models_dir: Path
+) -> None:
+    write_test_policy(models_dir / "broken", name="broken")
+    (models_dir / "broken" / "model.onnx").write_bytes(b"not a graph")
+    with TestClient(create_app(settings)) as client:
+        ready = client.get("/readyz")
+        assert ready.status_code == 503
+        body = ready.json()
+        assert body["models"] == 1 and body["detail"] == "1 model folder(s) refused: broken"
+        (refused,) = body["refused"]
+        assert refused["path"] == "broken" and "model.onnx" in refused["error"]
+        assert str(models_dir) not in refused["error"]  # no server paths without a token
 
 
 def test_metrics_exposes_latency_batches_episodes_and_errors(client: TestClient) -> None:

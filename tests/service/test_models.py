@@ -69,9 +69,16 @@ def test_reload_broken_file_is_refused_and_old_version_serves(
 ) -> None:
     write_test_policy(models_dir / "toy", version="2")
     (models_dir / "toy" / "model.onnx").write_bytes(b"garbage")
-    result = client.post("/v1/admin/reload").json()
-    assert result["failed"] and not result["loaded"]
+    response = client.post("/v1/admin/reload")
+    assert response.status_code == 422
+    result = response.json()
+    assert result["code"] == "models_refused" and "toy" in result["detail"]
+    assert result["failed"][0]["path"] == str(models_dir / "toy") and not result["loaded"]
     assert start(client)["model_version"] == "1"
+    ready = client.get("/readyz")
+    assert ready.status_code == 503 and ready.json()["refused"][0]["path"] == "toy"
+    write_test_policy(models_dir / "toy", version="2")  # fixed: the next reload clears it
+    assert client.post("/v1/admin/reload").status_code == 200
     assert client.get("/readyz").status_code == 200
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -90,13 +91,55 @@ def test_stream_wrong_observation_length_answers_422_error(client: TestClient) -
         '{"type": "start"}',
     ],
 )
-def test_stream_invalid_frame_answers_error_then_closes_1008(
-    client: TestClient, frame: str
-) -> None:
+def test_stream_invalid_frame_answers_error_and_stays_open(client: TestClient, frame: str) -> None:
     with client.websocket_connect("/v1/stream") as ws:
         ws.send_text(frame)
         error = ws.receive_json()
-        assert error["type"] == "error" and error["status"] == 422
+        assert (error["type"], error["status"], error["code"]) == ("error", 422, "validation_error")
+        ws.send_json(START)
+        assert ws.receive_json()["type"] == "action"
+
+
+def test_stream_invalid_frame_keeps_the_other_episodes_and_echoes_its_ids(
+    client: TestClient,
+) -> None:
+    with client.websocket_connect("/v1/stream") as ws:
+        ws.send_json(START)
+        episode_id = ws.receive_json()["episode_id"]
+        ws.send_json(
+            {"type": "step", "episode_id": "other", "observation": OBSERVATION,
+             "reward": 0.0, "cost": -1.0, "request_id": "bad-1"}
+        )  # fmt: skip
+        error = ws.receive_json()
+        assert (error["status"], error["field"]) == (422, "cost")
+        assert (error["request_id"], error["episode_id"]) == ("bad-1", "other")
+        ws.send_json(
+            {"type": "step", "episode_id": episode_id, "observation": OBSERVATION,
+             "reward": 0.0, "cost": 0.0, "request_id": "good"}
+        )  # fmt: skip
+        stepped = ws.receive_json()
+        assert (stepped["type"], stepped["request_id"], stepped["step"]) == ("action", "good", 1)
+
+
+@pytest.mark.parametrize(
+    "frame", ["not json", "[1, 2]", '{"type": "end", "request_id": 7, "episode_id": ["x"]}']
+)
+def test_stream_error_frame_omits_ids_it_cannot_read(client: TestClient, frame: str) -> None:
+    with client.websocket_connect("/v1/stream") as ws:
+        ws.send_text(frame)
+        error = ws.receive_json()
+        assert error["status"] == 422
+        assert (error["request_id"], error["episode_id"]) == (None, None)
+
+
+def test_stream_run_of_invalid_frames_closes_1008(settings: Settings) -> None:
+    strict = settings.model_copy(update={"ws_max_invalid_frames": 3})
+    with TestClient(create_app(strict)) as client, client.websocket_connect("/v1/stream") as ws:
+        for frame in ("bad", "bad", START, "bad", "bad"):  # a good frame ends the run
+            ws.send_text(frame if isinstance(frame, str) else json.dumps(frame))
+            assert ws.receive_json()["type"] == ("action" if frame is START else "error")
+        ws.send_text("bad")
+        assert ws.receive_json()["status"] == 422
         with pytest.raises(WebSocketDisconnect) as closed:
             ws.receive_json()
         assert closed.value.code == 1008
