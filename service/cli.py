@@ -15,8 +15,8 @@ from pathlib import Path
 import uvicorn
 from pydantic import ValidationError
 
+from runtime.card import CARD_FILE
 from service.config import Settings
-from service.policy import CARD_FILE
 from service.protocol import GuardedHTTPProtocol
 
 

@@ -21,8 +21,9 @@ from typing import Any, Self
 import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
+from runtime.card import CARD_FILE, CardError, ModelCard
+from runtime.card import read_card as read_model_card
 from service.errors import EpisodeGoneError, ModelNotFoundError
 from service.schemas import (
     ModelPublic,
@@ -34,7 +35,6 @@ from service.schemas import (
 
 logger = logging.getLogger(__name__)
 
-CARD_FILE = "model.json"
 ONNX_FILE = "model.onnx"
 INPUT_TYPES = {
     "states": "tensor(float)",
@@ -51,87 +51,26 @@ class PolicyLoadError(Exception):
     """A model directory that does not honour docs/ARTIFACT.md."""
 
 
-class CostCurvePoint(BaseModel):
-    """One measured point of the target-cost -> actual-cost curve."""
-
-    model_config = ConfigDict(extra="allow")
-
-    target_cost: float
-    actual_cost: float
-
-
-class ModelCard(BaseModel):
-    """The `model.json` sidecar; required keys per ARTIFACT.md, extra keys allowed."""
-
-    model_config = ConfigDict(extra="allow", protected_namespaces=(), frozen=True)
-
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    version: str = Field(min_length=1, max_length=128)
-    task: str
-    observation_dim: PositiveInt
-    action_dim: PositiveInt
-    action_low: list[float]
-    action_high: list[float]
-    context_len: PositiveInt
-    max_episode_len: PositiveInt
-    algo: str | None = None
-    reward_scale: float = 1.0
-    cost_scale: float = 1.0
-    default_targets: list[TargetPair] | None = None
-    cost_curve: list[CostCurvePoint] | None = None
-    validated_cost_range: tuple[float, float] | None = None
-    dataset: dict[str, Any] | None = None
-
-    @property
-    def reward_return_range(self) -> tuple[float, float] | None:
-        """(min, max) reward return of the training dataset, for normalised scores."""
-        data = self.dataset or {}
-        low, high = data.get("reward_return_min"), data.get("reward_return_max")
-        if not isinstance(low, int | float) or not isinstance(high, int | float):
-            return None
-        return float(low), float(high)
-
-    @model_validator(mode="after")
-    def _check_bounds(self) -> Self:
-        low, high = np.asarray(self.action_low), np.asarray(self.action_high)
-        if low.shape != (self.action_dim,) or high.shape != (self.action_dim,):
-            raise ValueError("action_low and action_high need action_dim entries")
-        if not (np.isfinite(low).all() and np.isfinite(high).all() and (low <= high).all()):
-            raise ValueError("action bounds must be finite with action_low <= action_high")
-        cost_range = self.validated_cost_range
-        if cost_range is not None and not cost_range[0] <= cost_range[1]:
-            raise ValueError("validated_cost_range must be [low, high] with low <= high")
-        return self
-
-    def to_public(self) -> ModelPublic:
-        """The card as `GET /v1/models` shows it."""
-        return ModelPublic(
-            name=self.name,
-            version=self.version,
-            task=self.task,
-            algo=self.algo,
-            observation_dim=self.observation_dim,
-            action_dim=self.action_dim,
-            action_low=self.action_low,
-            action_high=self.action_high,
-            context_len=self.context_len,
-            max_episode_len=self.max_episode_len,
-            validated_cost_range=self.validated_cost_range,
-            default_targets=self.default_targets or [],
-            reward_return_range=self.reward_return_range,
-        )
-
-    def budget_warnings(self, target_cost: float) -> list[str]:
-        """Warn when an episode's cost limit lies outside the validated range."""
-        if self.validated_cost_range is None:
-            return []
-        low, high = self.validated_cost_range
-        if low <= target_cost <= high:
-            return []
-        return [
-            f"cost limit {target_cost:g} lies outside the validated range "
-            f"[{low:g}, {high:g}] of {self.name} {self.version}; the cost is not guaranteed"
-        ]
+def public_card(card: ModelCard) -> ModelPublic:
+    """The card as `GET /v1/models` shows it."""
+    return ModelPublic(
+        name=card.name,
+        version=card.version,
+        task=card.task,
+        algo=card.algo,
+        observation_dim=card.observation_dim,
+        action_dim=card.action_dim,
+        action_low=card.action_low,
+        action_high=card.action_high,
+        context_len=card.context_len,
+        max_episode_len=card.max_episode_len,
+        validated_cost_range=card.validated_cost_range,
+        default_targets=[
+            TargetPair(reward=target.reward, cost=target.cost)
+            for target in card.default_targets or []
+        ],
+        reward_return_range=card.reward_return_range,
+    )
 
 
 def describe_refused(failures: list[ReloadFailure]) -> str:
@@ -140,11 +79,11 @@ def describe_refused(failures: list[ReloadFailure]) -> str:
 
 
 def read_card(directory: Path) -> ModelCard:
-    """Read and validate `directory/model.json`."""
+    """Read and validate `directory/model.json`; a bad card is a refused policy."""
     try:
-        return ModelCard.model_validate_json((directory / CARD_FILE).read_bytes())
-    except (OSError, ValueError) as error:
-        raise PolicyLoadError(f"{directory / CARD_FILE}: {error}") from error
+        return read_model_card(directory)
+    except CardError as error:
+        raise PolicyLoadError(str(error)) from error
 
 
 def fingerprint(directory: Path) -> str:

@@ -9,30 +9,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from runtime.card import read_card, update_card
 from training.data.frontiers import derive_default_targets
-
-CARD_FILE = "model.json"
-
-
-def _rewrite_card(model_dir: Path, update: dict[str, Any]) -> None:
-    path = Path(model_dir) / CARD_FILE
-    card = json.loads(path.read_text())
-    card.update(update)
-    temporary = path.with_name(f".{CARD_FILE}.tmp")
-    temporary.write_text(json.dumps(card, indent=2))
-    os.replace(temporary, path)
 
 
 def record_evaluation(model_dir: Path, key: str, result: dict[str, Any]) -> None:
-    """Store one evaluation result under `evaluation[key]` (e.g. "kappa_10")."""
-    card = json.loads((Path(model_dir) / CARD_FILE).read_text())
-    evaluation = card.get("evaluation") or {}
+    """Store one evaluation result under `evaluation[key]` (e.g. "protocol")."""
+    evaluation = dict(read_card(model_dir).evaluation or {})
     evaluation[key] = result
-    _rewrite_card(model_dir, {"evaluation": evaluation})
+    update_card(model_dir, evaluation=evaluation)
 
 
 def validated_cost_range(curve: list[dict[str, float]]) -> list[float] | None:
@@ -67,14 +55,12 @@ def record_sweep(model_dir: Path, zero_shot_rows: list[dict[str, Any]]) -> None:
         }
         for row in zero_shot_rows
     ]
-    _rewrite_card(
-        model_dir, {"cost_curve": curve, "validated_cost_range": validated_cost_range(curve)}
-    )
+    update_card(model_dir, cost_curve=curve, validated_cost_range=validated_cost_range(curve))
 
 
 def record_default_targets(model_dir: Path, targets: list[dict[str, float]]) -> None:
     """Store the (reward, cost) target pairs users should start from."""
-    _rewrite_card(model_dir, {"default_targets": targets})
+    update_card(model_dir, default_targets=targets)
 
 
 def main(argv: list[str] | None = None) -> None:

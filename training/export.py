@@ -9,7 +9,6 @@ scaling, time-step clamping), so the service never re-implements it.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import os
 import sys
@@ -24,6 +23,7 @@ import torch
 import tyro
 from torch import nn
 
+from runtime.card import write_card
 from runtime.context import WINDOW_NAMES
 from training.data.windows import NormalisationStats
 from training.learn.checkpoint import CheckpointError, load_checkpoint
@@ -220,11 +220,7 @@ def export_checkpoint(
     checkpoint = load_checkpoint(checkpoint_path)
     policy = policy_from_checkpoint(checkpoint)
     export_onnx(policy, out_dir / "model.onnx")
-    card = model_card(checkpoint, name or out_dir.resolve().name, version, ONNX_OPSET)
-    card_text = json.dumps(card, indent=2, allow_nan=False) + "\n"
-    temporary = out_dir / ".model.json.tmp"
-    temporary.write_text(card_text)
-    os.replace(temporary, out_dir / "model.json")
+    write_card(out_dir, model_card(checkpoint, name or out_dir.resolve().name, version, ONNX_OPSET))
     return out_dir
 
 

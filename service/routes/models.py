@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from service.deps import MetricsDep, RepositoryDep
 from service.errors import error_responses
-from service.policy import describe_refused
+from service.policy import describe_refused, public_card
 from service.schemas import ModelList, ModelPublic, ReloadRefused, ReloadResult
 
 router = APIRouter(tags=["models"])
@@ -18,7 +18,7 @@ router = APIRouter(tags=["models"])
 @router.get("/models")
 async def list_models(repository: RepositoryDep) -> ModelList:
     """The policies new episodes can start with, with dims, bounds and validated budgets."""
-    return ModelList(models=[policy.card.to_public() for policy in repository.policies()])
+    return ModelList(models=[public_card(policy.card) for policy in repository.policies()])
 
 
 @router.get("/models/{name}", responses=error_responses(404, 422))
@@ -26,7 +26,7 @@ async def get_model(
     name: Annotated[str, Path(min_length=1, max_length=128)], repository: RepositoryDep
 ) -> ModelPublic:
     """One served policy by name."""
-    return repository.current(name).card.to_public()
+    return public_card(repository.current(name).card)
 
 
 @router.post(

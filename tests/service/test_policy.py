@@ -27,7 +27,7 @@ def test_policy_load_predicts_mean_and_log_std(tmp_path: Path) -> None:
     assert mean.shape == (2, 2) and log_std.shape == (2, 2)
     np.testing.assert_allclose(log_std, LOG_STD)
     assert policy.card.validated_cost_range == (5.0, 40.0)
-    assert policy.card.model_extra == {"training_config": {"seed": 0}}
+    assert policy.card.training_config == {"seed": 0} and policy.card.model_extra == {}
 
 
 def test_policy_load_missing_required_key_is_refused(tmp_path: Path) -> None:

@@ -5,12 +5,14 @@ from pathlib import Path
 
 import numpy as np
 
-from training.card_update import (
-    derive_default_targets,
-    record_evaluation,
-    record_sweep,
-    validated_cost_range,
-)
+from training.card_update import record_evaluation, record_sweep, validated_cost_range
+from training.data.frontiers import derive_default_targets
+
+CARD = {
+    "name": "m", "version": "1", "task": "SafetyCarRun-v0", "observation_dim": 7,
+    "action_dim": 2, "action_low": [-1, -1], "action_high": [1, 1], "context_len": 10,
+    "max_episode_len": 200, "evaluation": None,
+}  # fmt: skip
 
 
 def _curve(pairs: list[tuple[float, float]]) -> list[dict[str, float]]:
@@ -27,7 +29,7 @@ def test_validated_cost_range_none_when_never_honoured() -> None:
 
 
 def test_record_functions_rewrite_the_card(tmp_path: Path) -> None:
-    (tmp_path / "model.json").write_text(json.dumps({"name": "m", "evaluation": None}))
+    (tmp_path / "model.json").write_text(json.dumps(CARD))
     record_evaluation(tmp_path, "kappa_10", {"safe": True})
     rows = [
         {"target_cost": 10.0, "cost_mean": 7.0, "cost_std": 1.0, "reward_mean": 400.0},

@@ -12,7 +12,6 @@ import copy
 import dataclasses
 import datetime
 import json
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import torch
 from onnx import TensorProto, helper
 from torch import nn
 
+from runtime.card import write_card
 from runtime.protocol import REPORTED_BUDGETS
 from training.baselines import DETERMINISTIC_ALGORITHMS
 from training.baselines.data import Normaliser
@@ -156,7 +156,7 @@ def build_card(trained: TrainedBaseline, dataset: OfflineDataset, name: str) -> 
         "reward_scale": 1.0,
         "cost_scale": 1.0 / normaliser.cost_normaliser if conditioned else 1.0,
         "onnx_opset": ONNX_OPSET,
-        "git_commit": git_commit() or "unknown",
+        "git_commit": git_commit(),
         "created_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "dataset": summary,
         "default_targets": summary.pop("default_targets"),
@@ -172,16 +172,10 @@ def build_card(trained: TrainedBaseline, dataset: OfflineDataset, name: str) -> 
     }
 
 
-def _write_json(path: Path, payload: dict[str, Any]) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(json.dumps(payload, indent=2) + "\n")
-    os.replace(temporary, path)
-
-
 def export_baseline(trained: TrainedBaseline, dataset: OfflineDataset, out_dir: Path) -> Path:
     """Write out_dir/model.onnx and out_dir/model.json; returns out_dir."""
     out_dir.mkdir(parents=True, exist_ok=True)
     policy = OnnxBaselinePolicy(trained.learner.policy_head(), trained.normaliser)
     export_onnx(policy, out_dir / "model.onnx", trained.observation_dim, trained.action_dim)
-    _write_json(out_dir / "model.json", build_card(trained, dataset, out_dir.name))
+    write_card(out_dir, build_card(trained, dataset, out_dir.name))
     return out_dir

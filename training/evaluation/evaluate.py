@@ -21,10 +21,11 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from runtime.card import read_card
 from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec, run_episodes
 from runtime.protocol import REPORTED_BUDGETS, report_seeds, summarise, target_reward_for
 from runtime.scores import normalised_cost, normalised_reward
-from service.policy import Policy, read_card
+from service.policy import Policy
 from training.card_update import record_evaluation
 
 logger = logging.getLogger(__name__)

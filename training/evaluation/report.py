@@ -366,8 +366,9 @@ def _train_sequence_cell(
     config: ReportConfig, dataset_path: Path, model_dir: Path, algo: str, seed: int
 ) -> Path:
     """`cdt train` + `cdt export` + default targets from the data, for one sequence model."""
-    from training.card_update import derive_default_targets, record_default_targets
+    from training.card_update import record_default_targets
     from training.data.dataset import load_dataset
+    from training.data.frontiers import derive_default_targets
     from training.export import export_checkpoint
     from training.learn.config import parse_config
     from training.learn.train import train

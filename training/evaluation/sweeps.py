@@ -22,9 +22,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from runtime.card import read_card
 from runtime.episodes import EpisodeSpec
 from runtime.protocol import report_seeds
-from service.policy import read_card
 from training.card_update import record_sweep
 from training.evaluation.evaluate import RolloutJob, evaluate_policy_dir, run_parallel
 

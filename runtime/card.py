@@ -1,0 +1,126 @@
+"""The model card (`model.json`): one typed model that exporters build, the service reads, and
+evaluations update (docs/ARTIFACT.md). Required keys are typed and checked; extra keys stay."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Self
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+
+CARD_FILE = "model.json"
+
+
+class CardError(ValueError):
+    """A `model.json` that is missing, unreadable or breaks the contract: one line for the user."""
+
+
+class CardTarget(BaseModel):
+    """A (reward, cost) target pair users can start an episode from."""
+
+    reward: float
+    cost: float
+
+
+class CostCurvePoint(BaseModel):
+    """One measured point of the target-cost -> actual-cost curve."""
+
+    model_config = ConfigDict(extra="allow")
+
+    target_cost: float
+    actual_cost: float
+
+
+class ModelCard(BaseModel):
+    """The `model.json` sidecar; required keys per ARTIFACT.md, extra keys allowed."""
+
+    model_config = ConfigDict(extra="allow", protected_namespaces=(), frozen=True)
+
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    version: str = Field(min_length=1, max_length=128)
+    task: str
+    observation_dim: PositiveInt
+    action_dim: PositiveInt
+    action_low: list[float]
+    action_high: list[float]
+    context_len: PositiveInt
+    max_episode_len: PositiveInt
+    algo: str | None = None
+    reward_scale: float = 1.0
+    cost_scale: float = 1.0
+    budget_scale: float = 1.0
+    """The graph feeds budget_scale x the remaining cost budget (chosen by `cdt select`)."""
+    deterministic: bool | None = None
+    onnx_opset: int | None = None
+    git_commit: str | None = None
+    created_at: str | None = None
+    default_targets: list[CardTarget] | None = None
+    cost_curve: list[CostCurvePoint] | None = None
+    validated_cost_range: tuple[float, float] | None = None
+    dataset: dict[str, Any] | None = None
+    training_config: dict[str, Any] | None = None
+    evaluation: dict[str, Any] | None = None
+
+    @property
+    def reward_return_range(self) -> tuple[float, float] | None:
+        """(min, max) reward return of the training dataset, for normalised scores."""
+        data = self.dataset or {}
+        low, high = data.get("reward_return_min"), data.get("reward_return_max")
+        if not isinstance(low, int | float) or not isinstance(high, int | float):
+            return None
+        return float(low), float(high)
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> Self:
+        low, high = np.asarray(self.action_low), np.asarray(self.action_high)
+        if low.shape != (self.action_dim,) or high.shape != (self.action_dim,):
+            raise ValueError("action_low and action_high need action_dim entries")
+        if not (np.isfinite(low).all() and np.isfinite(high).all() and (low <= high).all()):
+            raise ValueError("action bounds must be finite with action_low <= action_high")
+        cost_range = self.validated_cost_range
+        if cost_range is not None and not cost_range[0] <= cost_range[1]:
+            raise ValueError("validated_cost_range must be [low, high] with low <= high")
+        return self
+
+    def budget_warnings(self, target_cost: float) -> list[str]:
+        """Warn when an episode's cost limit lies outside the validated range."""
+        if self.validated_cost_range is None:
+            return []
+        low, high = self.validated_cost_range
+        if low <= target_cost <= high:
+            return []
+        return [
+            f"cost limit {target_cost:g} lies outside the validated range "
+            f"[{low:g}, {high:g}] of {self.name} {self.version}; the cost is not guaranteed"
+        ]
+
+
+def read_card(directory: Path) -> ModelCard:
+    """Read and validate `directory/model.json`; raises `CardError`."""
+    path = Path(directory) / CARD_FILE
+    try:
+        return ModelCard.model_validate_json(path.read_bytes())
+    except (OSError, ValueError) as error:
+        raise CardError(f"{path}: {error}") from error
+
+
+def write_card(directory: Path, card: ModelCard | dict[str, Any]) -> ModelCard:
+    """Validate `card` and write it to `directory/model.json` atomically; returns it."""
+    try:
+        model = card if isinstance(card, ModelCard) else ModelCard.model_validate(card)
+    except ValidationError as error:
+        raise CardError(f"{Path(directory) / CARD_FILE}: {error}") from error
+    text = json.dumps(model.model_dump(mode="json"), indent=2, allow_nan=False) + "\n"
+    temporary = Path(directory) / f".{CARD_FILE}.tmp"
+    temporary.write_text(text)
+    os.replace(temporary, Path(directory) / CARD_FILE)
+    return model
+
+
+def update_card(directory: Path, **changes: Any) -> ModelCard:
+    """Read the card, apply `changes` (validated again) and write it back."""
+    card = read_card(directory)
+    return write_card(directory, {**card.model_dump(mode="json"), **changes})
