@@ -137,9 +137,11 @@ def plot_returns(
             rf"$\kappa$={threshold:g}",
             (threshold, 1.0),
             xycoords=("data", "axes fraction"),
-            xytext=(3, -12),
+            xytext=(3, -4),
             textcoords="offset points",
             fontsize=8,
+            rotation=90,  # upright labels: thresholds 10 and 20 sit close on a wide cost axis
+            verticalalignment="top",
         )
     axes.set_xlabel("cost return")
     axes.set_ylabel("reward return")
