@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
+
+import tyro
 
 Algorithm = Literal[
     "bc-all",
@@ -43,8 +45,8 @@ class BaselineConfig:
     """export directory (default models/<algo>-<task>-s<seed>)."""
     cost_limit: float = 10.0
     """cost threshold kappa (episode cost return)."""
-    steps: int = 100_000
-    """gradient steps."""
+    steps: Annotated[int, tyro.conf.arg(aliases=("--update-steps",))] = 100_000
+    """gradient steps (`--update-steps` too, as for CDT)."""
     seed: int = 0
     """seed of torch and the batch sampler."""
     batch_size: int = 512

@@ -20,7 +20,7 @@ def test_main_trains_exports_and_prints_the_directory(
     main(
         [
             "--algo", "bcq-lag", "--dataset", str(dataset), "--out", str(out),
-            "--cost-limit", "4", "--steps", "3", "--seed", "1", "--batch-size", "16",
+            "--cost-limit", "4", "--update-steps", "3", "--seed", "1", "--batch-size", "16",
             "--actor-hidden", "8", "8", "--critic-hidden", "8", "8", "--vae-hidden", "8",
             "--action-low", "-1", "-2", "--action-high", "1", "2",
         ]
@@ -29,6 +29,7 @@ def test_main_trains_exports_and_prints_the_directory(
     assert str(out / "model.onnx") in printed
     card = json.loads((out / "model.json").read_text())
     assert card["algo"] == "bcq-lag" and card["training_config"]["seed"] == 1
+    assert card["training_config"]["steps"] == 3  # --update-steps, as for CDT
     assert card["action_low"] == [-1.0, -2.0]
 
 
