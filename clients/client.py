@@ -68,6 +68,10 @@ class AuthenticationError(PolicyClientError):
     """Missing or invalid bearer token (401)."""
 
 
+class PermissionDeniedError(PolicyClientError):
+    """A valid token without the right to this route, e.g. `/v1/admin/*` (403)."""
+
+
 class NotFoundError(PolicyClientError):
     """Unknown episode or model (404)."""
 
@@ -77,7 +81,8 @@ class EpisodeGoneError(PolicyClientError):
 
 
 class ConflictError(PolicyClientError):
-    """Out-of-order step index or a concurrent update of the episode (409)."""
+    """Out-of-order step index (`step_out_of_order`), or the episode stayed busy with another
+    request (`episode_busy`, retryable) (409)."""
 
 
 class TooManyEpisodesError(PolicyClientError):
@@ -91,6 +96,7 @@ class ServerError(PolicyClientError):
 _ERRORS_BY_STATUS: dict[int, type[PolicyClientError]] = {
     **dict.fromkeys((400, 413, 422), InvalidRequestError),
     401: AuthenticationError,
+    403: PermissionDeniedError,
     404: NotFoundError,
     409: ConflictError,
     410: EpisodeGoneError,

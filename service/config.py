@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AliasChoices, Field, PositiveFloat, PositiveInt, field_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -26,16 +33,38 @@ class Settings(BaseSettings):
     """Session store: Redis when set (several workers or replicas), in-memory otherwise."""
     redis_prefix: str = Field(default="cdt", min_length=1, max_length=64)
     """Key prefix in Redis, so several deployments can share one server."""
+    redis_socket_timeout_s: PositiveFloat = 0.25
+    """Longest wait for one Redis reply; a hung Redis answers 503 after this, not after minutes.
+    A local Redis answers in well under a millisecond."""
+    redis_connect_timeout_s: PositiveFloat = 0.25
+    """Longest wait for a Redis connection."""
+    redis_breaker_failures: PositiveInt = 3
+    """Consecutive Redis failures after which calls answer 503 at once, without trying Redis."""
+    redis_breaker_cooldown_s: PositiveFloat = 2.0
+    """How long the tripped breaker answers 503 before Redis is tried again."""
+    redis_lock_ttl_s: PositiveFloat = 5.0
+    """Expiry of a Redis episode lock, so a replica that dies mid-step frees the episode."""
+    episode_lock_wait_s: PositiveFloat = 2.0
+    """How long a request waits for another request on the same episode (a step's forward pass)
+    before answering 409 `episode_busy` with `Retry-After`."""
     episode_ttl_s: PositiveFloat = 600.0
     """Idle episodes expire after this many seconds."""
     ended_ttl_s: PositiveFloat = 3600.0
     """How long ended or expired episode ids answer 410 instead of 404."""
     max_episodes: PositiveInt = 10_000
     """Cap on live episodes; creating one more answers 429."""
+    max_episodes_per_token: PositiveInt = 1_000
+    """Live episodes one token may hold; one more answers 429 `episode_quota_exceeded`, so a
+    client that abandons episodes cannot lock the others out. Without tokens (one shared
+    principal) only `max_episodes` applies."""
     max_body_bytes: PositiveInt = 256 * 1024
     """Larger request bodies answer 413; also the websocket frame limit."""
     api_tokens: Annotated[frozenset[str], NoDecode] = frozenset()
-    """Bearer tokens accepted on /v1 (comma-separated in the env); empty disables auth."""
+    """Bearer tokens accepted on /v1 (comma-separated in the env); empty disables auth. Each
+    token is its own principal: it sees only the episodes it started."""
+    admin_tokens: Annotated[frozenset[str], NoDecode] = frozenset()
+    """Tokens that may also call /v1/admin/* (comma-separated); they are added to `api_tokens`.
+    With no token configured at all, /v1/admin/* is open like the rest (local use)."""
     intra_op_threads: PositiveInt = 1
     """onnxruntime threads per forward pass. 1 on purpose: concurrent episodes already run
     their forward passes in parallel threads (onnxruntime releases the GIL). Measured on the
@@ -67,9 +96,15 @@ class Settings(BaseSettings):
     ws_max_invalid_frames: PositiveInt = 20
     """Consecutive invalid websocket frames (bad JSON, schema violations) before close 1008."""
 
-    @field_validator("api_tokens", mode="before")
+    @field_validator("api_tokens", "admin_tokens", mode="before")
     @classmethod
     def _split_tokens(cls, value: Any) -> Any:
         if isinstance(value, str):
             return frozenset(token.strip() for token in value.split(",") if token.strip())
         return value
+
+    @model_validator(mode="after")
+    def _admins_are_api_tokens(self) -> Settings:
+        # one set for every auth check (REST and websocket); admin rights are checked on top
+        self.api_tokens = self.api_tokens | self.admin_tokens
+        return self

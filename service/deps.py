@@ -1,4 +1,4 @@
-"""FastAPI dependencies: the app's service objects and bearer-token auth.
+"""FastAPI dependencies: the app's service objects, bearer-token auth and tenancy.
 
 They are `async` on purpose: none of them blocks, and FastAPI runs a sync dependency in the
 threadpool, which costs a thread hand-off per dependency per request.
@@ -6,6 +6,7 @@ threadpool, which costs a thread hand-off per dependency per request.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from typing import Annotated
 
@@ -15,7 +16,7 @@ from starlette.requests import HTTPConnection
 
 from service.config import Settings
 from service.episodes import EpisodeService
-from service.errors import UnauthorizedError
+from service.errors import ForbiddenError, UnauthorizedError
 from service.metrics import Metrics
 from service.policy import ModelRepository
 
@@ -23,9 +24,18 @@ bearer_scheme = HTTPBearer(auto_error=False, description="one of the tokens in C
 
 
 async def get_service(connection: HTTPConnection) -> EpisodeService:
-    """The app's episode service (REST and websocket)."""
+    """The app's episode service acting for the caller's principal (REST and websocket)."""
     service: EpisodeService = connection.app.state.service
-    return service
+    return service.for_owner(principal(connection, service.settings))
+
+
+def principal(connection: HTTPConnection, settings: Settings) -> str:
+    """Whose episodes a request sees: a digest of its token (not the token: it is stored), or ""
+    for everyone when auth is off. The token itself is checked by `require_token`."""
+    token = websocket_token(connection)
+    if not settings.api_tokens or token is None:
+        return ""
+    return hashlib.sha256(token.encode()).hexdigest()[:32]
 
 
 async def get_settings(connection: HTTPConnection) -> Settings:
@@ -54,8 +64,10 @@ MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 
 def token_accepted(token: str | None, tokens: frozenset[str]) -> bool:
     """True when auth is off (no tokens configured) or `token` is one of `tokens`."""
-    if not tokens:
-        return True
+    return not tokens or _listed(token, tokens)
+
+
+def _listed(token: str | None, tokens: frozenset[str]) -> bool:
     if token is None:
         return False
     return any(hmac.compare_digest(token.encode(), known.encode()) for known in tokens)
@@ -69,6 +81,12 @@ async def require_token(
     token = credentials.credentials if credentials is not None else None
     if not token_accepted(token, settings.api_tokens):
         raise UnauthorizedError("missing or invalid bearer token", "Authorization")
+
+
+async def require_admin(connection: HTTPConnection, settings: SettingsDep) -> None:
+    """Refuse /v1/admin/* to tokens outside `admin_tokens` (open when no token is configured)."""
+    if settings.api_tokens and not _listed(websocket_token(connection), settings.admin_tokens):
+        raise ForbiddenError("this token may not call /v1/admin/*", "Authorization")
 
 
 def websocket_token(connection: HTTPConnection) -> str | None:

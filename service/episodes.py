@@ -1,13 +1,16 @@
 """Episode logic shared by the REST routes and the websocket: start, step, budget, end.
 
-Every mutation works on a copy of the episode's context and is written back with one
-compare-and-set, so a request that fails at any point (bad input, model error, store conflict)
-leaves the episode exactly as it was. Calls block (onnxruntime, Redis): the routes go through
-`EpisodeService.run`, which hands them to a worker thread unless they cannot wait on anything.
+Every mutation holds its episode's lock from read to write (the forward pass included), so
+mutations of one episode apply one at a time in arrival order: a budget change racing a step waits
+for it, and a retried step waits for the original and gets its action. Each works on a copy of
+the context, so a request that fails at any point (bad input, model error) leaves the episode
+exactly as it was. Calls block (onnxruntime, Redis): the routes go through `EpisodeService.run`,
+which hands them to a worker thread unless they cannot wait on anything.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import secrets
 import threading
@@ -16,6 +19,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
@@ -30,8 +34,9 @@ from service.errors import (
     InvalidInputError,
     ModelError,
     PolicyOutputError,
-    StepConflictError,
+    StepOutOfOrderError,
 )
+from service.locks import LoopLocks
 from service.metrics import Metrics
 from service.policy import ModelRepository, Policy
 from service.schemas import (
@@ -66,6 +71,18 @@ class EpisodeService:
         self._batchers: dict[tuple[str, str, str], MicroBatcher] = {}
         self._batchers_lock = threading.Lock()
         self._loop_batchers: dict[tuple[str, str, str], LoopBatcher] = {}  # event-loop thread only
+        self._loop_locks = LoopLocks()  # episodes of the inline path, held across forward passes
+        self.owner = ""
+        """The principal whose episodes this service sees ("" when auth is off)."""
+
+    def for_owner(self, owner: str) -> EpisodeService:
+        """This service acting for `owner`: it starts and sees only `owner`'s episodes.
+
+        A shallow copy, so the store, batchers and locks stay shared (none is ever reassigned).
+        """
+        bound = copy.copy(self)
+        bound.owner = owner
+        return bound
 
     @property
     def inline(self) -> bool:
@@ -73,11 +90,16 @@ class EpisodeService:
         in_memory = isinstance(self.store, InMemorySessionStore)
         return self.settings.inline_steps and in_memory and not self.settings.batching
 
-    async def run(self, function: Callable[..., Result], *args: Any) -> Result:
-        """Call one of this service's methods from async code: inline or in a worker thread."""
-        if self.inline:
-            return function(*args)
-        return await run_in_threadpool(function, *args)
+    async def run(self, function: Callable[..., Result], episode_id: str, *args: Any) -> Result:
+        """Call a per-episode method (`update_budget`, `describe`, `end`) from async code.
+
+        Inline, it waits for the episode's call in flight (a step awaiting its forward pass);
+        in a worker thread the store's episode lock does that.
+        """
+        if not self.inline:
+            return await run_in_threadpool(function, episode_id, *args)
+        async with self._loop_locks.hold(episode_id, self.settings.episode_lock_wait_s):
+            return function(episode_id, *args)
 
     @contextmanager
     def timed(self, transport: str, kind: str) -> Iterator[None]:
@@ -103,24 +125,25 @@ class EpisodeService:
 
     def step(self, episode_id: str, request: StepRequest) -> StepResponse:
         """Subtract the env's reward and cost, append the observation, return the next action."""
-        prepared = self._prepare_step(episode_id, request)
-        if isinstance(prepared, StepResponse):
-            return prepared
-        record, policy, context = prepared
-        context.record_action(self._act(policy, context, record.deterministic))
-        return self._commit_step(record, policy, context)
+        stepped = partial(self._stepped, request=request)
+        record = self.store.mutate(episode_id, self.owner, stepped)
+        return _step_response(record, self._policy(record))
 
     async def step_async(self, episode_id: str, request: StepRequest) -> StepResponse:
         """`step` from async code: on the loop, its forward pass batched with the turn's others."""
         if not self.inline:
             return await run_in_threadpool(self.step, episode_id, request)
-        prepared = self._prepare_step(episode_id, request)
-        if isinstance(prepared, StepResponse):
-            return prepared
-        record, policy, context = prepared
-        outputs = await self._forward_async(policy, context.window())
-        context.record_action(self._sample(policy, context, record.deterministic, outputs))
-        return self._commit_step(record, policy, context)
+        async with self._loop_locks.hold(episode_id, self.settings.episode_lock_wait_s):
+            record = self.store.get(episode_id, self.owner)
+            prepared = self._prepare_step(record, request)
+            if prepared is not None:
+                policy, context = prepared
+                outputs = await self._forward_async(policy, context.window())
+                context.record_action(self._sample(policy, context, record.deterministic, outputs))
+                updated = _next_revision(record, context)
+                # the loop lock kept every other writer of this episode out since the read
+                record = self.store.mutate(episode_id, self.owner, lambda _: updated)
+        return _step_response(record, self._policy(record))
 
     def _open(self, request: EpisodeCreate) -> tuple[Policy, EpisodeContext, int]:
         """The policy, new context and seed of a `start` request, before its first action."""
@@ -151,56 +174,48 @@ class EpisodeService:
             context=context,
             created_at=now,
             updated_at=now,
+            owner=self.owner,
         )
         self.store.create(record)
         return _step_response(record, policy)
 
+    def _stepped(self, record: EpisodeRecord, request: StepRequest) -> EpisodeRecord:
+        """`record` after the step, its action recorded; `record` itself for a retry."""
+        prepared = self._prepare_step(record, request)
+        if prepared is None:
+            return record
+        policy, context = prepared
+        context.record_action(self._act(policy, context, record.deterministic))
+        return _next_revision(record, context)
+
     def _prepare_step(
-        self, episode_id: str, request: StepRequest
-    ) -> StepResponse | tuple[EpisodeRecord, Policy, EpisodeContext]:
-        """A retry's answer, or the episode, its policy and a copy of its advanced context."""
-        record = self.store.get(episode_id)
-        policy = self.repository.pinned(record.model, record.model_version)
+        self, record: EpisodeRecord, request: StepRequest
+    ) -> tuple[Policy, EpisodeContext] | None:
+        """None for a retry of the last step, else the policy and a copy of the advanced context."""
         current = record.context.step
         if request.step is not None and request.step == current:
-            return _step_response(record, policy)  # a retry: the same action again
+            return None  # a retry: answered with the recorded action
         if request.step is not None and request.step != current + 1:
             detail = f"expected step {current + 1} (or {current} to retry), got {request.step}"
-            raise StepConflictError(detail, "step")
+            raise StepOutOfOrderError(detail, "step")
+        policy = self._policy(record)
         _check_observation(request.observation, policy)
         context = record.context.copy()
         context.advance(request.reward, request.cost, request.observation)
-        return record, policy, context
-
-    def _commit_step(
-        self, record: EpisodeRecord, policy: Policy, context: EpisodeContext
-    ) -> StepResponse:
-        """Write the advanced context (its action recorded) back and answer with that action."""
-        updated = _next_revision(record, context)
-        self.store.update(updated)
-        return _step_response(updated, policy)
+        return policy, context
 
     def update_budget(self, episode_id: str, request: BudgetUpdate) -> EpisodePublic:
         """Change the budgets; the whole cost-to-go window is rewritten consistently."""
-        record = self.store.get(episode_id)
-        context = record.context.copy()
-        context.set_budget(
-            cost_limit=request.cost_limit,
-            remaining_cost=request.remaining_cost,
-            target_reward=request.target_reward,
-            remaining_reward=request.remaining_reward,
-        )
-        updated = _next_revision(record, context)
-        self.store.update(updated)
-        return self._public(updated)
+        rebudgeted = partial(_rebudgeted, request=request)
+        return self._public(self.store.mutate(episode_id, self.owner, rebudgeted))
 
     def describe(self, episode_id: str) -> EpisodePublic:
         """State and totals of a live episode."""
-        return self._public(self.store.get(episode_id))
+        return self._public(self.store.get(episode_id, self.owner))
 
     def end(self, episode_id: str) -> EpisodeSummary:
         """End an episode; later calls on it answer 410."""
-        record = self.store.delete(episode_id)
+        record = self.store.delete(episode_id, self.owner)
         context = record.context
         return EpisodeSummary(
             episode_id=record.episode_id,
@@ -244,10 +259,14 @@ class EpisodeService:
 
     def _warnings(self, record: EpisodeRecord) -> list[str]:
         try:
-            policy = self.repository.pinned(record.model, record.model_version)
+            policy = self._policy(record)
         except EpisodeGoneError:
             return []
         return policy.card.budget_warnings(record.context.target_cost)
+
+    def _policy(self, record: EpisodeRecord) -> Policy:
+        """The model version `record` is pinned to."""
+        return self.repository.pinned(record.model, record.model_version)
 
     def _act(self, policy: Policy, context: EpisodeContext, deterministic: bool) -> Any:
         """Forward pass and sampling for the newest step; consumes the context's generator."""
@@ -290,9 +309,8 @@ class EpisodeService:
         key = _batcher_key(policy)
         batcher = self._loop_batchers.get(key)
         if batcher is None:
-            self._loop_batchers = {  # forget the versions a reload let go of
-                served: kept for served, kept in self._loop_batchers.items() if self._serves(served)
-            }
+            for gone in [held for held in self._loop_batchers if not self._serves(held)]:
+                del self._loop_batchers[gone]  # a version a reload let go of
             batcher = LoopBatcher(
                 policy.predict,
                 max_size=self.settings.batch_max_size,
@@ -330,6 +348,18 @@ def _check_observation(observation: Sequence[float], policy: Policy) -> None:
         name = policy.card.name
         detail = f"observation has {len(observation)} values, model {name} needs {expected}"
         raise InvalidInputError(detail, "observation")
+
+
+def _rebudgeted(record: EpisodeRecord, request: BudgetUpdate) -> EpisodeRecord:
+    """`record` with the budgets `request` sets."""
+    context = record.context.copy()
+    context.set_budget(
+        cost_limit=request.cost_limit,
+        remaining_cost=request.remaining_cost,
+        target_reward=request.target_reward,
+        remaining_reward=request.remaining_reward,
+    )
+    return _next_revision(record, context)
 
 
 def _next_revision(record: EpisodeRecord, context: EpisodeContext) -> EpisodeRecord:

@@ -15,11 +15,24 @@ class ServiceError(Exception):
 
     status_code = 500
     code = "internal_error"
+    retry_after: int | None = None
+    """Seconds a client should wait before retrying (`Retry-After`); None: not retryable."""
 
-    def __init__(self, detail: str, field: str | None = None) -> None:
+    def __init__(
+        self, detail: str, field: str | None = None, *, retry_after: int | None = None
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
         self.field = field
+        if retry_after is not None:
+            self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        """HTTP headers of the error answer: `WWW-Authenticate` on 401, `Retry-After`."""
+        headers = {"WWW-Authenticate": "Bearer"} if self.status_code == 401 else {}
+        if self.retry_after is not None:
+            headers["Retry-After"] = str(self.retry_after)
+        return headers
 
 
 class InvalidInputError(ServiceError):
@@ -50,11 +63,20 @@ class EpisodeGoneError(ServiceError):
     code = "episode_gone"
 
 
-class StepConflictError(ServiceError):
-    """The step index is neither the next step nor a retry of the last one (409)."""
+class StepOutOfOrderError(ServiceError):
+    """The step index is neither the next step nor a retry of the last one (409): the client's
+    step count is wrong, so retrying the same request cannot succeed."""
 
     status_code = 409
-    code = "step_conflict"
+    code = "step_out_of_order"
+
+
+class EpisodeBusyError(ServiceError):
+    """Another request held the episode for longer than the lock wait (409, retryable)."""
+
+    status_code = 409
+    code = "episode_busy"
+    retry_after = 1
 
 
 class TooManyEpisodesError(ServiceError):
@@ -62,6 +84,20 @@ class TooManyEpisodesError(ServiceError):
 
     status_code = 429
     code = "too_many_episodes"
+    retry_after = 1
+
+
+class EpisodeQuotaError(TooManyEpisodesError):
+    """This token holds its quota of live episodes (429)."""
+
+    code = "episode_quota_exceeded"
+
+
+class ForbiddenError(ServiceError):
+    """A valid token without the right to this route (403)."""
+
+    status_code = 403
+    code = "forbidden"
 
 
 class UnauthorizedError(ServiceError):
@@ -76,6 +112,7 @@ class StoreUnavailableError(ServiceError):
 
     status_code = 503
     code = "store_unavailable"
+    retry_after = 1
 
 
 class ModelError(ServiceError):

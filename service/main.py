@@ -70,21 +70,13 @@ def auth_responses(auth: list[Any]) -> dict[int | str, dict[str, Any]]:
 
 def make_store(settings: Settings, metrics: Metrics) -> SessionStore:
     """Redis when `redis_url` is set, the in-memory store otherwise."""
+    store: SessionStore
     if settings.redis_url:
-        return RedisSessionStore(
-            settings.redis_url,
-            ttl_s=settings.episode_ttl_s,
-            max_episodes=settings.max_episodes,
-            ended_ttl_s=settings.ended_ttl_s,
-            prefix=settings.redis_prefix,
-            on_evict=metrics.record_evictions,
-        )
-    return InMemorySessionStore(
-        ttl_s=settings.episode_ttl_s,
-        max_episodes=settings.max_episodes,
-        ended_ttl_s=settings.ended_ttl_s,
-        on_evict=metrics.record_evictions,
-    )
+        store = RedisSessionStore.from_settings(settings.redis_url, settings)
+    else:
+        store = InMemorySessionStore.from_settings(settings)
+    store.on_evict = metrics.record_evictions
+    return store
 
 
 @asynccontextmanager
@@ -157,8 +149,7 @@ def _error_response(
 
 async def _service_error(request: Request, error: ServiceError) -> JSONResponse:
     body = ErrorResponse(code=error.code, detail=error.detail, field=error.field)
-    headers = {"WWW-Authenticate": "Bearer"} if error.status_code == 401 else None
-    return _error_response(request, error.status_code, body, headers)
+    return _error_response(request, error.status_code, body, error.headers())
 
 
 async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:

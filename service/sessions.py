@@ -1,33 +1,46 @@
 """Episode session stores: in-memory (one process) and Redis (several workers or replicas).
 
-Both keep the same contract: `create` enforces the live-episode cap, idle episodes expire after
-`ttl_s` of no writes, ended and expired ids answer 410 for `ended_ttl_s` (404 after that), and
-`update` is a compare-and-set on the record's revision, so two replicas can never interleave steps
-of one episode silently.
+Both keep the same contract: `create` enforces the live-episode cap and the per-owner quota, idle
+episodes expire after `ttl_s` of no writes, ended and expired ids answer 410 for `ended_ttl_s`
+(404 after that), an episode is visible to its owner only (404 for everyone else), and `mutate`
+runs a change under the episode's lock, so concurrent requests on one episode (from any worker or
+replica) apply one after the other instead of failing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import math
+import secrets
 import threading
 import time
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol, Self
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from runtime.context import EpisodeContext
+from service.breaker import CircuitBreaker
+from service.config import Settings
 from service.errors import (
     EpisodeGoneError,
     EpisodeNotFoundError,
-    StepConflictError,
+    EpisodeQuotaError,
+    ServiceError,
     StoreUnavailableError,
     TooManyEpisodesError,
 )
+from service.locks import ThreadLocks, episode_busy
 
+logger = logging.getLogger(__name__)
 EvictionHook = Callable[[int], None]
 
 
@@ -46,7 +59,9 @@ class EpisodeRecord:
     updated_at: float
     """Unix time of the last write."""
     revision: int = 0
-    """Incremented on every write (compare-and-set)."""
+    """Incremented on every write."""
+    owner: str = ""
+    """The principal that started the episode (a token digest; "" when auth is off)."""
 
     def to_json(self) -> str:
         """Serialise for Redis (the context includes its generator state)."""
@@ -62,6 +77,10 @@ class EpisodeRecord:
         return cls(**data)
 
 
+Change = Callable[[EpisodeRecord], EpisodeRecord]
+"""A mutation: the new record, or its argument itself when nothing is to be written."""
+
+
 class SessionStore(Protocol):
     """Where episodes live between requests."""
 
@@ -70,16 +89,16 @@ class SessionStore(Protocol):
     """Called with the number of idle episodes just expired (metrics)."""
 
     def create(self, record: EpisodeRecord) -> None:
-        """Store a new episode; raises `TooManyEpisodesError` at the cap."""
+        """Store a new episode; raises `TooManyEpisodesError` at the cap or the owner's quota."""
 
-    def get(self, episode_id: str) -> EpisodeRecord:
-        """Raises `EpisodeNotFoundError` (unknown) or `EpisodeGoneError` (ended or expired)."""
+    def get(self, episode_id: str, owner: str) -> EpisodeRecord:
+        """Raises `EpisodeNotFoundError` (unknown, or not `owner`'s) or `EpisodeGoneError`."""
 
-    def update(self, record: EpisodeRecord) -> None:
-        """Replace the stored record whose revision is `record.revision - 1`."""
+    def mutate(self, episode_id: str, owner: str, change: Change) -> EpisodeRecord:
+        """Run `change` on the episode under its lock, store its answer and return it."""
 
-    def delete(self, episode_id: str) -> EpisodeRecord:
-        """End an episode and return its last record."""
+    def delete(self, episode_id: str, owner: str) -> EpisodeRecord:
+        """End an episode (after any mutation in flight) and return its last record."""
 
     def count(self) -> int:
         """Live episodes."""
@@ -99,8 +118,22 @@ def _gone(episode_id: str, reason: str) -> EpisodeGoneError:
     return EpisodeGoneError(f"episode {episode_id!r} has {reason}", "episode_id")
 
 
-def _conflict(episode_id: str) -> StepConflictError:
-    return StepConflictError(f"episode {episode_id!r} was changed by a concurrent request")
+def _full(max_episodes: int) -> TooManyEpisodesError:
+    return TooManyEpisodesError(
+        f"the service holds its maximum of {max_episodes} live episodes; "
+        "end finished episodes or retry later"
+    )
+
+
+def _over_quota(quota: int) -> EpisodeQuotaError:
+    return EpisodeQuotaError(
+        f"this token holds its quota of {quota} live episodes; end finished episodes or retry later"
+    )
+
+
+def _quota_of(owner: str, max_per_owner: int | None) -> int | None:
+    """The owner's live-episode quota: none for "" (auth off: one shared principal)."""
+    return max_per_owner if owner else None
 
 
 class InMemorySessionStore:
@@ -111,53 +144,72 @@ class InMemorySessionStore:
         *,
         ttl_s: float,
         max_episodes: int,
+        max_per_owner: int | None = None,
         ended_ttl_s: float = 3600.0,
+        lock_wait_s: float = 2.0,
         clock: Callable[[], float] = time.monotonic,
         on_evict: EvictionHook | None = None,
     ) -> None:
         self.ttl_s = ttl_s
         self.max_episodes = max_episodes
+        self.max_per_owner = max_per_owner
         self.ended_ttl_s = ended_ttl_s
+        self.lock_wait_s = lock_wait_s
         self._clock = clock
         self.on_evict = on_evict
         self._records: dict[str, EpisodeRecord] = {}
         self._deadlines: OrderedDict[str, float] = OrderedDict()  # oldest write first
-        self._gone: OrderedDict[str, tuple[str, float]] = OrderedDict()  # id -> (reason, until)
-        self._lock = threading.Lock()
+        self._gone: OrderedDict[str, tuple[str, float, str]] = OrderedDict()  # reason, until, owner
+        self._owned: Counter[str] = Counter()  # live episodes per owner
+        self._lock = threading.Lock()  # the dicts above
+        self._episode_locks = ThreadLocks()  # one episode across a whole mutation
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        """The store `settings` describe."""
+        return cls(
+            ttl_s=settings.episode_ttl_s,
+            max_episodes=settings.max_episodes,
+            max_per_owner=settings.max_episodes_per_token,
+            ended_ttl_s=settings.ended_ttl_s,
+            lock_wait_s=settings.episode_lock_wait_s,
+        )
 
     def create(self, record: EpisodeRecord) -> None:
-        """Store a new episode; raises `TooManyEpisodesError` at the cap."""
+        """Store a new episode; raises `TooManyEpisodesError` at the cap or the owner's quota."""
+        quota = _quota_of(record.owner, self.max_per_owner)
         with self._lock:
             self._sweep()
             if len(self._records) >= self.max_episodes:
-                raise TooManyEpisodesError(
-                    f"the server holds its maximum of {self.max_episodes} live episodes; "
-                    "end finished episodes or retry later"
-                )
+                raise _full(self.max_episodes)
+            if quota is not None and self._owned[record.owner] >= quota:
+                raise _over_quota(quota)
             self._write(record)
 
-    def get(self, episode_id: str) -> EpisodeRecord:
-        """Raises `EpisodeNotFoundError` (unknown) or `EpisodeGoneError` (ended or expired)."""
+    def get(self, episode_id: str, owner: str) -> EpisodeRecord:
+        """Raises `EpisodeNotFoundError` (unknown, or not `owner`'s) or `EpisodeGoneError`."""
         with self._lock:
             self._sweep()
-            return self._get(episode_id)
+            return self._get(episode_id, owner)
 
-    def update(self, record: EpisodeRecord) -> None:
-        """Replace the stored record whose revision is `record.revision - 1`."""
-        with self._lock:
-            self._sweep()
-            if self._get(record.episode_id).revision != record.revision - 1:
-                raise _conflict(record.episode_id)
-            self._write(record)
+    def mutate(self, episode_id: str, owner: str, change: Change) -> EpisodeRecord:
+        """Run `change` on the episode under its lock, store its answer and return it."""
+        with self._episode_locks.hold(episode_id, self.lock_wait_s):
+            current = self.get(episode_id, owner)
+            updated = change(current)
+            if updated is not current:
+                with self._lock:
+                    self._sweep()
+                    self._get(episode_id, owner)  # it may have expired during `change`
+                    self._write(updated)
+            return updated
 
-    def delete(self, episode_id: str) -> EpisodeRecord:
-        """End an episode and return its last record."""
-        with self._lock:
+    def delete(self, episode_id: str, owner: str) -> EpisodeRecord:
+        """End an episode (after any mutation in flight) and return its last record."""
+        with self._episode_locks.hold(episode_id, self.lock_wait_s), self._lock:
             self._sweep()
-            record = self._get(episode_id)
-            del self._records[episode_id]
-            del self._deadlines[episode_id]
-            self._gone[episode_id] = ("ended", self._clock() + self.ended_ttl_s)
+            record = self._get(episode_id, owner)
+            self._forget(record, "ended", self._clock())
             return record
 
     def count(self) -> int:
@@ -173,18 +225,29 @@ class InMemorySessionStore:
     def close(self) -> None:
         """Nothing to release."""
 
-    def _get(self, episode_id: str) -> EpisodeRecord:
+    def _get(self, episode_id: str, owner: str) -> EpisodeRecord:
         record = self._records.get(episode_id)
-        if record is not None:
+        if record is not None and record.owner == owner:
             return record
-        if episode_id in self._gone:
-            raise _gone(episode_id, self._gone[episode_id][0])
+        gone = self._gone.get(episode_id)
+        if gone is not None and gone[2] == owner:
+            raise _gone(episode_id, gone[0])
         raise _not_found(episode_id)
 
     def _write(self, record: EpisodeRecord) -> None:
+        if record.episode_id not in self._records:
+            self._owned[record.owner] += 1
         self._records[record.episode_id] = record
         self._deadlines[record.episode_id] = self._clock() + self.ttl_s
         self._deadlines.move_to_end(record.episode_id)
+
+    def _forget(self, record: EpisodeRecord, reason: str, now: float) -> None:
+        """Drop a live episode, leaving a tombstone that answers 410 to its owner."""
+        del self._records[record.episode_id], self._deadlines[record.episode_id]
+        self._owned[record.owner] -= 1
+        if not self._owned[record.owner]:
+            del self._owned[record.owner]
+        self._gone[record.episode_id] = (reason, now + self.ended_ttl_s, record.owner)
 
     def _sweep(self) -> None:
         """Expire idle episodes and forget old tombstones (amortised O(1): oldest first)."""
@@ -194,8 +257,7 @@ class InMemorySessionStore:
             episode_id, deadline = next(iter(self._deadlines.items()))
             if deadline > now:
                 break
-            del self._deadlines[episode_id], self._records[episode_id]
-            self._gone[episode_id] = ("expired", now + self.ended_ttl_s)
+            self._forget(self._records[episode_id], "expired", now)
             evicted += 1
         while self._gone and next(iter(self._gone.values()))[1] <= now:
             self._gone.popitem(last=False)
@@ -203,39 +265,89 @@ class InMemorySessionStore:
             self.on_evict(evicted)
 
 
-# KEYS: episode, known, live. ARGV: data, revision, now_ms, ttl_ms, known_ttl_ms, id, max.
-_CREATE = """
+# Every script gets KEYS: episode (hash: data, revision, owner), known (the 410 tombstone,
+# "reason:owner"), live (all live ids by deadline), owned (the owner's live ids), lock.
+# A write's ARGV: data, revision, now_ms, ttl_ms, known_ttl_ms, id, owner.
+_WRITE = """
+redis.call('HSET', KEYS[1], 'data', ARGV[1], 'revision', ARGV[2], 'owner', ARGV[7])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('SET', KEYS[2], 'expired:' .. ARGV[7], 'PX', ARGV[5])
+redis.call('ZADD', KEYS[3], ARGV[3] + ARGV[4], ARGV[6])
+redis.call('ZADD', KEYS[4], ARGV[3] + ARGV[4], ARGV[6])
+redis.call('PEXPIRE', KEYS[4], ARGV[4])
+"""
+# ARGV: a write's, then the cap and the owner's quota (0: none).
+_CREATE = (
+    """
 local evicted = redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[3])
-if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[7]) then return {-1, evicted} end
-redis.call('HSET', KEYS[1], 'data', ARGV[1], 'revision', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-redis.call('SET', KEYS[2], 'expired', 'PX', ARGV[5])
-redis.call('ZADD', KEYS[3], ARGV[3] + ARGV[4], ARGV[6])
-return {1, evicted}
+if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[8]) then return {-1, evicted} end
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ARGV[3])
+local quota = tonumber(ARGV[9])
+if quota > 0 and redis.call('ZCARD', KEYS[4]) >= quota then return {-2, evicted} end
 """
-_UPDATE = """
-local revision = redis.call('HGET', KEYS[1], 'revision')
-if not revision then return -1 end
-if tonumber(revision) ~= tonumber(ARGV[2]) - 1 then return 0 end
-redis.call('HSET', KEYS[1], 'data', ARGV[1], 'revision', ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-redis.call('SET', KEYS[2], 'expired', 'PX', ARGV[5])
-redis.call('ZADD', KEYS[3], ARGV[3] + ARGV[4], ARGV[6])
-return 1
+    + _WRITE
+    + "return {1, evicted}"
+)
+# The episode as {1, data} if ARGV[1] owns it, else {-1, tombstone or ''} (404 or 410).
+_FIND = """
+local found = redis.call('HMGET', KEYS[1], 'data', 'owner')
+if not found[1] or (found[2] or '') ~= ARGV[1] then
+  return {-1, redis.call('GET', KEYS[2]) or ''}
+end
 """
-# KEYS: episode, known, live. ARGV: ended_ttl_ms, id.
-_DELETE = """
-local data = redis.call('HGET', KEYS[1], 'data')
-if not data then return false end
+# ARGV: owner, token, lock_ttl_ms. {0, ''} while another request holds the lock.
+_ACQUIRE = (
+    _FIND
+    + """
+if not redis.call('SET', KEYS[5], ARGV[2], 'NX', 'PX', ARGV[3]) then return {0, ''} end
+return {1, found[1]}
+"""
+)
+# ARGV: a write's, then the lock token. 0: the lock expired (the step outlived lock_ttl_s).
+_COMMIT = (
+    """
+if redis.call('GET', KEYS[5]) ~= ARGV[8] then return 0 end
+redis.call('DEL', KEYS[5])
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+"""
+    + _WRITE
+    + "return 1"
+)
+# KEYS: lock. ARGV: token.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 0
+"""
+# ARGV: owner, ended_ttl_ms, id. {0, ''} while a mutation holds the lock.
+_DELETE = (
+    _FIND
+    + """
+if redis.call('EXISTS', KEYS[5]) == 1 then return {0, ''} end
 redis.call('DEL', KEYS[1])
-redis.call('ZREM', KEYS[3], ARGV[2])
-redis.call('SET', KEYS[2], 'ended', 'PX', ARGV[1])
-return data
+redis.call('ZREM', KEYS[3], ARGV[3])
+redis.call('ZREM', KEYS[4], ARGV[3])
+redis.call('SET', KEYS[2], 'ended:' .. ARGV[1], 'PX', ARGV[2])
+return {1, found[1]}
 """
+)
+_LOCK_POLL_S = (0.001, 0.02)
+"""First and longest pause between tries of a lock another replica holds."""
+
+
+def _missing(episode_id: str, owner: str, tombstone: str | None) -> ServiceError:
+    """410 when `owner`'s episode ended or expired, 404 otherwise (others' tombstones too)."""
+    reason, _, ended_owner = (tombstone or "").partition(":")
+    if reason and ended_owner == owner:
+        return _gone(episode_id, reason)
+    return _not_found(episode_id)
 
 
 class RedisSessionStore:
-    """The same contract over Redis: any worker or replica can serve any episode."""
+    """The same contract over Redis: any worker or replica can serve any episode.
+
+    Calls time out after `socket_timeout_s`, and after `breaker.failures` failures in a row
+    answer 503 at once for `breaker.cooldown_s`, so a hung Redis holds no request for long.
+    """
 
     def __init__(
         self,
@@ -243,110 +355,208 @@ class RedisSessionStore:
         *,
         ttl_s: float,
         max_episodes: int,
+        max_per_owner: int | None = None,
         ended_ttl_s: float = 3600.0,
         prefix: str = "cdt",
+        lock_ttl_s: float = 5.0,
+        lock_wait_s: float = 2.0,
+        socket_timeout_s: float = 0.25,
+        connect_timeout_s: float = 0.25,
+        breaker: CircuitBreaker | None = None,
         on_evict: EvictionHook | None = None,
     ) -> None:
         self.ttl_s = ttl_s
         self.max_episodes = max_episodes
+        self.max_per_owner = max_per_owner
         self.ended_ttl_s = ended_ttl_s
         self.prefix = prefix
+        self.lock_ttl_s = lock_ttl_s
+        self.lock_wait_s = lock_wait_s
         self.on_evict = on_evict
-        self._redis = redis.Redis.from_url(url, decode_responses=True, socket_timeout=5.0)
+        self._breaker = breaker if breaker is not None else CircuitBreaker(3, 2.0)
+        self._redis = redis.Redis.from_url(
+            url,
+            decode_responses=True,
+            socket_timeout=socket_timeout_s,
+            socket_connect_timeout=connect_timeout_s,
+            retry=Retry(NoBackoff(), 0),  # redis-py retries 3 times by default: 4 timeouts
+        )
+        self._episode_locks = ThreadLocks()  # this process's requests queue here, not on Redis
         self._create = self._redis.register_script(_CREATE)
-        self._update = self._redis.register_script(_UPDATE)
+        self._acquire = self._redis.register_script(_ACQUIRE)
+        self._commit = self._redis.register_script(_COMMIT)
+        self._release = self._redis.register_script(_RELEASE)
         self._delete = self._redis.register_script(_DELETE)
 
-    def _keys(self, episode_id: str) -> list[str]:
+    @classmethod
+    def from_settings(cls, url: str, settings: Settings) -> Self:
+        """The store `settings` describe, on the Redis at `url`."""
+        return cls(
+            url,
+            ttl_s=settings.episode_ttl_s,
+            max_episodes=settings.max_episodes,
+            max_per_owner=settings.max_episodes_per_token,
+            ended_ttl_s=settings.ended_ttl_s,
+            prefix=settings.redis_prefix,
+            lock_ttl_s=settings.redis_lock_ttl_s,
+            lock_wait_s=settings.episode_lock_wait_s,
+            socket_timeout_s=settings.redis_socket_timeout_s,
+            connect_timeout_s=settings.redis_connect_timeout_s,
+            breaker=CircuitBreaker(
+                settings.redis_breaker_failures, settings.redis_breaker_cooldown_s
+            ),
+        )
+
+    def _keys(self, episode_id: str, owner: str) -> list[str]:
+        prefix = self.prefix
         return [
-            f"{self.prefix}:episode:{episode_id}",
-            f"{self.prefix}:known:{episode_id}",
-            f"{self.prefix}:live",
+            f"{prefix}:episode:{episode_id}",
+            f"{prefix}:known:{episode_id}",
+            f"{prefix}:live",
+            f"{prefix}:owned:{owner}",
+            f"{prefix}:lock:{episode_id}",
         ]
 
     def _write_args(self, record: EpisodeRecord) -> list[str | int]:
         ttl_ms = int(self.ttl_s * 1000)
         known_ms = ttl_ms + int(self.ended_ttl_s * 1000)
         now_ms = int(time.time() * 1000)
-        return [record.to_json(), record.revision, now_ms, ttl_ms, known_ms, record.episode_id]
+        return [
+            *(record.to_json(), record.revision, now_ms, ttl_ms, known_ms),
+            *(record.episode_id, record.owner),
+        ]
 
     def create(self, record: EpisodeRecord) -> None:
-        """Store a new episode; raises `TooManyEpisodesError` at the cap."""
-        with _available():
-            args = [*self._write_args(record), self.max_episodes]
-            created, evicted = self._create(keys=self._keys(record.episode_id), args=args)
+        """Store a new episode; raises `TooManyEpisodesError` at the cap or the owner's quota."""
+        quota = _quota_of(record.owner, self.max_per_owner)
+        args = [*self._write_args(record), self.max_episodes, quota or 0]
+        with self._guarded():
+            created, evicted = self._create(
+                keys=self._keys(record.episode_id, record.owner), args=args
+            )
         self._report_evictions(int(evicted))
-        if int(created) < 0:
-            raise TooManyEpisodesError(
-                f"the service holds its maximum of {self.max_episodes} live episodes; "
-                "end finished episodes or retry later"
-            )
+        if int(created) == -1:
+            raise _full(self.max_episodes)
+        if int(created) == -2:
+            raise _over_quota(quota or 0)
 
-    def get(self, episode_id: str) -> EpisodeRecord:
-        """Raises `EpisodeNotFoundError` (unknown) or `EpisodeGoneError` (ended or expired)."""
-        episode_key, known_key, _ = self._keys(episode_id)
-        with _available():
+    def get(self, episode_id: str, owner: str) -> EpisodeRecord:
+        """Raises `EpisodeNotFoundError` (unknown, or not `owner`'s) or `EpisodeGoneError`."""
+        episode_key, known_key, *_ = self._keys(episode_id, owner)
+        with self._guarded():
             pipeline = self._redis.pipeline(transaction=False)
-            pipeline.hget(episode_key, "data")
+            pipeline.hmget(episode_key, ["data", "owner"])
             pipeline.get(known_key)
-            data, reason = pipeline.execute()
-        if data is not None:
+            (data, stored_owner), tombstone = pipeline.execute()
+        if data is not None and (stored_owner or "") == owner:
             return EpisodeRecord.from_json(data)
-        if reason is not None:
-            raise _gone(episode_id, reason)
-        raise _not_found(episode_id)
+        raise _missing(episode_id, owner, tombstone)
 
-    def update(self, record: EpisodeRecord) -> None:
-        """Replace the stored record whose revision is `record.revision - 1`."""
-        with _available():
-            outcome = int(
-                self._update(keys=self._keys(record.episode_id), args=self._write_args(record))
-            )
-        if outcome == 0:
-            raise _conflict(record.episode_id)
-        if outcome < 0:
-            self.get(record.episode_id)  # raises the precise 404 or 410
-            raise _conflict(record.episode_id)
+    def mutate(self, episode_id: str, owner: str, change: Change) -> EpisodeRecord:
+        """Run `change` on the episode under its lock, store its answer and return it.
 
-    def delete(self, episode_id: str) -> EpisodeRecord:
-        """End an episode and return its last record."""
-        args: list[str | int] = [int(self.ended_ttl_s * 1000), episode_id]
-        with _available():
-            data = self._delete(keys=self._keys(episode_id), args=args)
-        if not data:
-            self.get(episode_id)  # raises the precise 404 or 410
-            raise _not_found(episode_id)
+        Two round trips: lock and read, then write and unlock (or unlock alone).
+        """
+        deadline = time.monotonic() + self.lock_wait_s
+        keys, token = self._keys(episode_id, owner), secrets.token_hex(8)
+        with self._episode_locks.hold(episode_id, self.lock_wait_s):
+            args: list[str | int] = [owner, token, int(self.lock_ttl_s * 1000)]
+            acquire = partial(self._acquire, keys=keys, args=args)
+            data = self._locked(acquire, episode_id, owner, deadline)
+            try:
+                current = EpisodeRecord.from_json(data)
+                updated = change(current)
+            except BaseException:
+                self._unlock(keys, token)
+                raise
+            if updated is current:
+                self._unlock(keys, token)
+            else:
+                self._store(updated, keys, token)
+            return updated
+
+    def delete(self, episode_id: str, owner: str) -> EpisodeRecord:
+        """End an episode (after any mutation in flight) and return its last record."""
+        deadline = time.monotonic() + self.lock_wait_s
+        keys = self._keys(episode_id, owner)
+        args: list[str | int] = [owner, int(self.ended_ttl_s * 1000), episode_id]
+        with self._episode_locks.hold(episode_id, self.lock_wait_s):
+            delete = partial(self._delete, keys=keys, args=args)
+            data = self._locked(delete, episode_id, owner, deadline)
         return EpisodeRecord.from_json(data)
 
     def count(self) -> int:
         """Live episodes (expired ones are swept first)."""
         live_key = f"{self.prefix}:live"
-        with _available():
+        with self._guarded():
             evicted = self._redis.zremrangebyscore(live_key, "-inf", int(time.time() * 1000))
             live = self._redis.zcard(live_key)
         self._report_evictions(int(evicted))
         return int(live)
 
     def ping(self) -> bool:
-        """True when Redis answers."""
+        """True when Redis answers (False at once while the breaker is open)."""
         try:
-            return bool(self._redis.ping())
-        except redis.RedisError:
+            with self._guarded():
+                return bool(self._redis.ping())
+        except StoreUnavailableError:
             return False
 
     def close(self) -> None:
         """Close the connection pool."""
         self._redis.close()
 
+    def _locked(
+        self, attempt: Callable[[], Any], episode_id: str, owner: str, deadline: float
+    ) -> str:
+        """Run a lock-respecting script until no other request holds the episode; its data.
+
+        Raises 404 or 410 when `owner` has no such episode, `EpisodeBusyError` when the lock is
+        still held at `deadline` (monotonic).
+        """
+        pause, longest = _LOCK_POLL_S
+        while True:
+            with self._guarded():
+                outcome, value = attempt()
+            if int(outcome) == 1:
+                return str(value)
+            if int(outcome) < 0:
+                raise _missing(episode_id, owner, value or None)
+            if time.monotonic() + pause > deadline:
+                raise episode_busy(episode_id, self.lock_wait_s)
+            time.sleep(pause)
+            pause = min(2 * pause, longest)
+
+    def _store(self, record: EpisodeRecord, keys: list[str], token: str) -> None:
+        """Write a mutated record and release its lock in one script."""
+        with self._guarded():
+            outcome = int(self._commit(keys=keys, args=[*self._write_args(record), token]))
+        if outcome == 0:  # another request took the expired lock: nothing was written
+            raise episode_busy(record.episode_id, self.lock_ttl_s)
+        if outcome < 0:  # it was there when locked: it expired during the change
+            raise _gone(record.episode_id, "expired")
+
+    def _unlock(self, keys: list[str], token: str) -> None:
+        # best effort: if Redis is unreachable the lock expires after lock_ttl_s
+        with contextlib.suppress(StoreUnavailableError), self._guarded():
+            self._release(keys=keys[4:], args=[token])
+
     def _report_evictions(self, evicted: int) -> None:
         if evicted and self.on_evict is not None:
             self.on_evict(evicted)
 
-
-@contextmanager
-def _available() -> Iterator[None]:
-    """Turn Redis connection problems into a 503 for the client."""
-    try:
-        yield
-    except redis.RedisError as error:
-        raise StoreUnavailableError(f"session store unavailable: {error}") from error
+    @contextmanager
+    def _guarded(self) -> Iterator[None]:
+        """Turn Redis failures into a 503 that names no address; fail fast while tripped."""
+        open_for = self._breaker.open_for()
+        if open_for > 0:
+            retry_after = math.ceil(open_for)
+            detail = f"session store unavailable; retry in {retry_after} s"
+            raise StoreUnavailableError(detail, retry_after=retry_after)
+        try:
+            yield
+        except redis.RedisError as error:
+            self._breaker.failed()
+            logger.warning("session store call failed: %s", error)  # the address stays here
+            raise StoreUnavailableError("session store unavailable") from error
+        self._breaker.succeeded()

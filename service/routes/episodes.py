@@ -56,13 +56,13 @@ async def update_budget(
     return await service.run(service.update_budget, episode_id, body)
 
 
-@router.get("/{episode_id}")
+@router.get("/{episode_id}", responses=error_responses(409))
 async def get_episode(episode_id: EpisodeIdPath, service: EpisodeServiceDep) -> EpisodePublic:
     """State and totals of a live episode."""
     return await service.run(service.describe, episode_id)
 
 
-@router.delete("/{episode_id}")
+@router.delete("/{episode_id}", responses=error_responses(409))
 async def end_episode(episode_id: EpisodeIdPath, service: EpisodeServiceDep) -> EpisodeSummary:
     """End an episode; returns its steps, total reward and total cost."""
     return await service.run(service.end, episode_id)

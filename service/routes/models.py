@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Depends, Path, Response
 from fastapi.responses import JSONResponse
 
-from service.deps import MetricsDep, RepositoryDep
+from service.deps import MetricsDep, RepositoryDep, require_admin
 from service.errors import error_responses
 from service.policy import describe_refused, public_card
 from service.schemas import ModelList, ModelPublic, ReloadRefused, ReloadResult
@@ -30,7 +30,10 @@ async def get_model(
 
 
 @router.post(
-    "/admin/reload", response_model=ReloadResult, responses={422: {"model": ReloadRefused}}
+    "/admin/reload",
+    response_model=ReloadResult,
+    responses=error_responses(403) | {422: {"model": ReloadRefused}},
+    dependencies=[Depends(require_admin)],
 )
 def reload_models(repository: RepositoryDep, metrics: MetricsDep) -> ReloadResult | Response:
     """Rescan the model repository; broken files are refused and the old versions serve on.

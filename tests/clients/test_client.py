@@ -12,6 +12,7 @@ from clients.client import (
     EpisodeGoneError,
     InvalidRequestError,
     NotFoundError,
+    PermissionDeniedError,
     PolicyClient,
     ServerError,
     ServiceUnreachableError,
@@ -75,8 +76,9 @@ def test_client_errors_map_to_typed_exceptions(app_client: TestClient) -> None:
             client.create_episode("toy", 1.0, 1.0, [1.0])
         assert invalid.value.field == "observation"
         episode_id = client.create_episode("toy", 1.0, 1.0, OBSERVATION).episode_id
-        with pytest.raises(ConflictError):
+        with pytest.raises(ConflictError) as conflict:
             client.step(episode_id, OBSERVATION, 0.0, 0.0, step=7)
+        assert conflict.value.code == "step_out_of_order"
         client.close_episode(episode_id)
         with pytest.raises(EpisodeGoneError):
             client.get_episode(episode_id)
@@ -93,6 +95,7 @@ def test_client_invalid_input_fails_before_sending(app_client: TestClient) -> No
 
 def test_error_for_status_covers_auth_cap_and_server_errors() -> None:
     assert isinstance(error_for_status(401, "x"), AuthenticationError)
+    assert isinstance(error_for_status(403, "x"), PermissionDeniedError)
     assert isinstance(error_for_status(429, "x"), TooManyEpisodesError)
     assert isinstance(error_for_status(503, "x"), ServerError)
 

@@ -1,21 +1,32 @@
-"""REST API v1: episodes from start to end, budgets, retries and every way to get it wrong."""
+"""REST API v1: episodes from start to end, budgets, retries, races and every way to get it
+wrong."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import httpx
 import numpy as np
+import numpy.typing as npt
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from service.batching import Outputs
 from service.config import Settings
+from service.episodes import EpisodeService
 from service.main import create_app
+from service.policy import Policy
 from service.sessions import InMemorySessionStore
 from tests.service.test_sessions import FakeClock
 
 OBSERVATION = [0.1, -0.2, 0.3]
+START = {"model": "toy", "target_reward": 50.0, "target_cost": 10.0, "observation": OBSERVATION}
+STEP = {"observation": OBSERVATION, "reward": 1.0, "cost": 0.5}
 
 
 def start(client: TestClient, **overrides: Any) -> dict[str, Any]:
@@ -133,10 +144,13 @@ def test_step_retry_of_the_last_step_returns_the_same_action(client: TestClient)
     assert client.get(f"/v1/episodes/{episode_id}").json()["total_reward"] == 1.0
 
 
-def test_step_out_of_order_returns_409_naming_step(client: TestClient) -> None:
+def test_step_out_of_order_returns_409_step_out_of_order(client: TestClient) -> None:
     episode_id = start(client)["episode_id"]
     response = step(client, episode_id, step=5)
     assert response.status_code == 409 and response.json()["field"] == "step"
+    assert response.json()["code"] == "step_out_of_order"
+    assert "retry-after" not in response.headers  # the step count is wrong: do not retry
+    assert step(client, episode_id, step=0).status_code == 200  # a retry of action 0
 
 
 @pytest.mark.parametrize(
@@ -244,6 +258,21 @@ def test_create_episode_over_the_cap_returns_429(settings: Settings) -> None:
             json={"model": "toy", "target_reward": 1, "target_cost": 1, "observation": OBSERVATION},
         )
         assert response.status_code == 429 and "maximum of 1" in response.json()["detail"]
+        assert response.json()["code"] == "too_many_episodes"
+        assert response.headers["retry-after"] == "1"
+
+
+def test_create_episode_over_the_token_quota_returns_429_with_retry_after(
+    settings: Settings,
+) -> None:
+    tokens = {"api_tokens": frozenset({"a", "b"}), "max_episodes_per_token": 1}
+    with TestClient(create_app(settings.model_copy(update=tokens))) as client:
+        first, second = {"Authorization": "Bearer a"}, {"Authorization": "Bearer b"}
+        assert client.post("/v1/episodes", json=START, headers=first).status_code == 201
+        response = client.post("/v1/episodes", json=START, headers=first)
+        assert response.status_code == 429 and response.headers["retry-after"] == "1"
+        assert response.json()["code"] == "episode_quota_exceeded"
+        assert client.post("/v1/episodes", json=START, headers=second).status_code == 201
 
 
 def test_get_episode_reports_state_and_totals(client: TestClient) -> None:
@@ -305,3 +334,151 @@ def test_concurrent_steps_share_forward_passes_and_keep_their_own_actions(
     with TestClient(create_app(settings)) as client:
         for seed, actions in enumerate(together):
             np.testing.assert_allclose(actions, run(client, seed=seed, steps=1), rtol=1e-6)
+
+
+# ---- concurrent requests on one episode ---------------------------------------------------------
+
+AppsFactory = Callable[..., list[FastAPI]]
+Window = dict[str, npt.NDArray[Any]]
+
+
+@pytest.fixture(params=["inline", "threads", pytest.param("redis", marks=pytest.mark.redis)])
+def make_apps(request: pytest.FixtureRequest, settings: Settings) -> AppsFactory:
+    """The apps of one way of serving: calls on the event loop, in worker threads, or two
+    replicas over one Redis (then requests on one episode go to different replicas)."""
+
+    def make(**overrides: Any) -> list[FastAPI]:
+        if request.param == "redis":
+            redis_settings: Settings = request.getfixturevalue("redis_settings")
+            shared = redis_settings.model_copy(update=overrides)
+            return [create_app(shared), create_app(shared)]
+        inline = {"inline_steps": request.param == "inline"}
+        app = create_app(settings.model_copy(update=inline | overrides))
+        return [app, app]
+
+    return make
+
+
+@asynccontextmanager
+async def serving(apps: list[FastAPI]) -> AsyncIterator[list[httpx.AsyncClient]]:
+    """Started apps and a client of each, on this event loop."""
+    async with AsyncExitStack() as stack:
+        for app in dict.fromkeys(apps):  # each distinct app started once
+            await stack.enter_async_context(app.router.lifespan_context(app))
+        clients = [
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test")
+            for app in apps
+        ]
+        for client in clients:
+            await stack.enter_async_context(client)
+        yield clients
+
+
+class ForwardGate:
+    """Holds every forward pass (in a worker thread or on the loop) while closed."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entered, self.opened = threading.Event(), threading.Event()
+        self.opened.set()
+        forward, forward_async = EpisodeService._forward, EpisodeService._forward_async
+
+        def held(service: EpisodeService, policy: Policy, window: Window) -> Outputs:
+            self.entered.set()
+            self.opened.wait(5)
+            return forward(service, policy, window)
+
+        async def held_async(service: EpisodeService, policy: Policy, window: Window) -> Outputs:
+            self.entered.set()
+            await asyncio.to_thread(self.opened.wait, 5)
+            return await forward_async(service, policy, window)
+
+        monkeypatch.setattr(EpisodeService, "_forward", held)
+        monkeypatch.setattr(EpisodeService, "_forward_async", held_async)
+
+    def close(self) -> None:
+        self.entered.clear()
+        self.opened.clear()
+
+
+async def during_a_step(
+    apps: list[FastAPI],
+    gate: ForwardGate,
+    *calls: tuple[str, str, dict[str, Any]],
+    hold_s: float | None = 0.2,
+) -> tuple[list[httpx.Response], dict[str, Any]]:
+    """Step 1 of a new episode, `calls` (method, path suffix, body) sent to the other replica
+    while its forward pass is held for `hold_s` (None: until the calls answer); the step's
+    reply, the calls' replies and the final state."""
+    async with serving(apps) as (first, other):
+        path = "/v1/episodes/" + (await first.post("/v1/episodes", json=START)).json()["episode_id"]
+        gate.close()
+        stepping = asyncio.create_task(first.post(f"{path}/step", json=STEP | {"step": 1}))
+        await asyncio.to_thread(gate.entered.wait, 5)
+        sent = [
+            asyncio.create_task(other.request(method, path + suffix, json=body))
+            for method, suffix, body in calls
+        ]
+        await asyncio.wait(sent, timeout=hold_s)  # unserialised, they finish here: a broken step
+        gate.opened.set()
+        replies = [await stepping, *[await task for task in sent]]
+        return replies, (await first.get(path)).json()
+
+
+def test_budget_change_and_retry_during_a_step_wait_for_it_and_all_succeed(
+    make_apps: AppsFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = ForwardGate(monkeypatch)
+    calls = [("PATCH", "/budget", {"cost_limit": 20.0}), ("POST", "/step", STEP | {"step": 1})]
+    replies, state = asyncio.run(during_a_step(make_apps(), gate, *calls))
+    assert [reply.status_code for reply in replies] == [200, 200, 200], [r.text for r in replies]
+    stepped, _, retried = (reply.json() for reply in replies)
+    assert retried["action"] == stepped["action"] and retried["step"] == 1
+    assert (state["step"], state["total_cost"], state["target_cost"]) == (1, 0.5, 20.0)
+    assert state["remaining_cost"] == 19.5
+
+
+def test_request_held_past_the_lock_wait_gets_a_retryable_409(
+    make_apps: AppsFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate = ForwardGate(monkeypatch)
+    apps = make_apps(episode_lock_wait_s=0.05)
+    replies, state = asyncio.run(during_a_step(apps, gate, ("DELETE", "", {}), hold_s=None))
+    stepped, refused = replies
+    assert stepped.status_code == 200 and refused.status_code == 409
+    assert refused.json()["code"] == "episode_busy" and refused.headers["retry-after"] == "1"
+    assert state["step"] == 1
+
+
+def test_concurrent_budget_changes_and_numbered_steps_all_succeed(make_apps: AppsFactory) -> None:
+    async def many_episodes() -> tuple[list[httpx.Response], list[dict[str, Any]]]:
+        async with serving(make_apps()) as (first, other):
+            started = await asyncio.gather(
+                *(first.post("/v1/episodes", json=START | {"seed": seed}) for seed in range(16))
+            )
+            paths = ["/v1/episodes/" + reply.json()["episode_id"] for reply in started]
+            replies: list[httpx.Response] = []
+            for t in (1, 2, 3):  # each step sent twice (a retry) racing a budget change
+                numbered = STEP | {"step": t}
+                replies += await asyncio.gather(
+                    *(
+                        call
+                        for path in paths
+                        for call in (
+                            first.post(f"{path}/step", json=numbered),
+                            other.patch(f"{path}/budget", json={"cost_limit": 10.0 + t}),
+                            other.post(f"{path}/step", json=numbered),
+                        )
+                    )
+                )
+            states = await asyncio.gather(*(first.get(path) for path in paths))
+        return replies, [state.json() for state in states]
+
+    replies, states = asyncio.run(many_episodes())
+    failed = [reply.text for reply in replies if reply.status_code != 200]
+    assert not failed, f"{len(failed)} of {len(replies)} failed: {failed[:3]}"
+    answers = [reply.json() for reply in replies]
+    for step_reply, _, retry_reply in zip(answers[::3], answers[1::3], answers[2::3], strict=True):
+        assert step_reply["action"] == retry_reply["action"]
+    for state in states:
+        assert (state["step"], state["total_cost"], state["target_cost"]) == (3, 1.5, 13.0)
+        assert state["remaining_cost"] == 11.5

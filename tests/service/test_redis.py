@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import time
 from typing import Any
 
 import pytest
@@ -86,3 +88,22 @@ def test_redis_unreachable_store_returns_503(settings: Settings) -> None:
         assert client.get("/readyz").status_code == 503
         response = client.post("/v1/episodes", json=START | {"observation": OBSERVATIONS[0]})
         assert response.status_code == 503 and response.json()["code"] == "store_unavailable"
+        assert "127.0.0.1" not in response.text and "retry-after" in response.headers
+
+
+def test_redis_hung_server_answers_503_fast_without_its_address(settings: Settings) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as hung:  # accepts connections, never answers
+        port = hung.getsockname()[1]
+        stuck = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{port}/0"})
+        with TestClient(create_app(stuck)) as client:
+            body = START | {"observation": OBSERVATIONS[0]}
+            began = time.monotonic()
+            first = client.post("/v1/episodes", json=body)
+            assert time.monotonic() - began < 3.0  # the default socket timeout, not minutes
+            replies = [first] + [client.post("/v1/episodes", json=body) for _ in range(4)]
+            assert client.get("/readyz").status_code == 503
+    for reply in replies:
+        assert reply.status_code == 503 and reply.json()["code"] == "store_unavailable"
+        assert "127.0.0.1" not in reply.text and str(port) not in reply.text
+        assert int(reply.headers["retry-after"]) >= 1
+    assert "retry in" in replies[-1].json()["detail"]  # the breaker answered without Redis

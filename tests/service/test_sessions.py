@@ -1,18 +1,24 @@
-"""Both session stores honour one contract: cap, TTL, 410 tombstones, compare-and-set."""
+"""Both session stores honour one contract: cap, quota, TTL, 410 tombstones, owners, locks."""
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
 
 from runtime.context import EpisodeContext
+from service.breaker import CircuitBreaker
 from service.errors import (
+    EpisodeBusyError,
     EpisodeGoneError,
     EpisodeNotFoundError,
-    StepConflictError,
+    EpisodeQuotaError,
+    StoreUnavailableError,
     TooManyEpisodesError,
 )
 from service.sessions import EpisodeRecord, InMemorySessionStore, RedisSessionStore, SessionStore
@@ -27,69 +33,182 @@ class FakeClock:
         return self.now
 
 
-def make_record(episode_id: str, seed: int = 0) -> EpisodeRecord:
+OWNER = "alice"
+
+
+def make_record(episode_id: str, seed: int = 0, owner: str = OWNER) -> EpisodeRecord:
     context = EpisodeContext.start([0.0], 1.0, 1.0, context_len=2, action_dim=1, seed=seed)
-    return EpisodeRecord(episode_id, "toy", "1", False, seed, context, 0.0, 0.0)
+    return EpisodeRecord(episode_id, "toy", "1", False, seed, context, 0.0, 0.0, owner=owner)
+
+
+def next_revision(record: EpisodeRecord) -> EpisodeRecord:
+    return replace(record, revision=record.revision + 1)
+
+
+StoreFactory = Callable[..., SessionStore]
 
 
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def store(request: pytest.FixtureRequest) -> Iterator[SessionStore]:
-    if request.param == "memory":
-        yield InMemorySessionStore(ttl_s=60.0, max_episodes=2)
-        return
-    prefix = request.getfixturevalue("redis_prefix")
-    redis_store = RedisSessionStore(REDIS_URL, ttl_s=60.0, max_episodes=2, prefix=prefix)
-    yield redis_store
-    redis_store.close()
+def make_store(request: pytest.FixtureRequest) -> Iterator[StoreFactory]:
+    """Builds stores of one kind (Redis: all on one prefix, like replicas); closes them after."""
+    made: list[SessionStore] = []
+
+    def make(**options: float) -> SessionStore:
+        if request.param == "memory":
+            store: SessionStore = InMemorySessionStore(ttl_s=60.0, max_episodes=2, **options)
+        else:
+            prefix = request.getfixturevalue("redis_prefix")
+            store = RedisSessionStore(
+                REDIS_URL, ttl_s=60.0, max_episodes=2, prefix=prefix, **options
+            )
+        made.append(store)
+        return store
+
+    yield make
+    for store in made:
+        store.close()
+
+
+@pytest.fixture
+def store(make_store: StoreFactory) -> SessionStore:
+    return make_store()
+
+
+class HeldMutation:
+    """A `mutate` in a thread that stays inside its change until `finish()`."""
+
+    def __init__(self, store: SessionStore, episode_id: str) -> None:
+        self.inside, self.release = threading.Event(), threading.Event()
+        self._pool = ThreadPoolExecutor(1)
+        self._future = self._pool.submit(store.mutate, episode_id, OWNER, self._change)
+        assert self.inside.wait(5)
+
+    def _change(self, record: EpisodeRecord) -> EpisodeRecord:
+        self.inside.set()
+        self.release.wait(5)
+        return next_revision(record)
+
+    def finish(self) -> EpisodeRecord:
+        self.release.set()
+        record = self._future.result(5)
+        self._pool.shutdown()
+        return record
 
 
 def test_store_create_then_get_round_trips_the_record(store: SessionStore) -> None:
     record = make_record("a", seed=5)
     record.context.rng.standard_normal(2)
     store.create(record)
-    loaded = store.get("a")
+    loaded = store.get("a", OWNER)
     assert loaded.context.to_dict() == record.context.to_dict()
-    assert (loaded.model, loaded.seed, loaded.revision) == ("toy", 5, 0)
+    assert (loaded.model, loaded.seed, loaded.revision, loaded.owner) == ("toy", 5, 0, OWNER)
 
 
 def test_store_get_unknown_raises_not_found(store: SessionStore) -> None:
     with pytest.raises(EpisodeNotFoundError):
-        store.get("missing")
+        store.get("missing", OWNER)
 
 
 def test_store_create_over_the_cap_raises_too_many(store: SessionStore) -> None:
     store.create(make_record("a"))
-    store.create(make_record("b"))
-    with pytest.raises(TooManyEpisodesError):
-        store.create(make_record("c"))
+    store.create(make_record("b", owner="bob"))
+    with pytest.raises(TooManyEpisodesError) as refused:
+        store.create(make_record("c", owner="carol"))
+    assert refused.value.retry_after is not None
     assert store.count() == 2
+
+
+def test_store_create_over_the_owner_quota_raises_quota(make_store: StoreFactory) -> None:
+    store = make_store(max_per_owner=1)
+    store.create(make_record("a"))
+    with pytest.raises(EpisodeQuotaError) as refused:
+        store.create(make_record("b"))
+    assert refused.value.status_code == 429 and refused.value.retry_after is not None
+    store.create(make_record("c", owner="bob"))  # another owner has a quota of its own
+    store.delete("a", OWNER)
+    store.create(make_record("d"))  # an ended episode no longer counts
+
+
+def test_store_quota_does_not_apply_without_auth(make_store: StoreFactory) -> None:
+    store = make_store(max_per_owner=1)
+    store.create(make_record("a", owner=""))
+    store.create(make_record("b", owner=""))  # "" is everyone: only the cap applies
 
 
 def test_store_delete_leaves_a_gone_tombstone(store: SessionStore) -> None:
     store.create(make_record("a"))
-    assert store.delete("a").episode_id == "a"
+    assert store.delete("a", OWNER).episode_id == "a"
     with pytest.raises(EpisodeGoneError, match="ended"):
-        store.get("a")
+        store.get("a", OWNER)
     with pytest.raises(EpisodeGoneError):
-        store.delete("a")
+        store.delete("a", OWNER)
     assert store.count() == 0
 
 
-def test_store_update_requires_the_next_revision(store: SessionStore) -> None:
-    record = make_record("a")
-    store.create(record)
-    store.update(replace(record, revision=1))
-    with pytest.raises(StepConflictError):
-        store.update(replace(record, revision=1))  # a concurrent writer lost the race
-    assert store.get("a").revision == 1
+def test_store_hides_an_episode_from_other_owners(store: SessionStore) -> None:
+    store.create(make_record("a"))
+    with pytest.raises(EpisodeNotFoundError):
+        store.get("a", "mallory")
+    with pytest.raises(EpisodeNotFoundError):
+        store.mutate("a", "mallory", next_revision)
+    with pytest.raises(EpisodeNotFoundError):
+        store.delete("a", "mallory")
+    assert store.get("a", OWNER).revision == 0
+    store.delete("a", OWNER)
+    with pytest.raises(EpisodeNotFoundError):  # nor does its tombstone say it existed
+        store.get("a", "mallory")
 
 
-def test_store_update_ended_episode_raises_gone(store: SessionStore) -> None:
-    record = make_record("a")
-    store.create(record)
-    store.delete("a")
+def test_store_mutate_writes_the_change_and_returns_it(store: SessionStore) -> None:
+    store.create(make_record("a"))
+    assert store.mutate("a", OWNER, next_revision).revision == 1
+    unchanged = store.mutate("a", OWNER, lambda record: record)
+    assert unchanged.revision == 1 and store.get("a", OWNER).revision == 1
+
+
+def test_store_mutate_failing_change_writes_nothing_and_frees_the_episode(
+    store: SessionStore,
+) -> None:
+    store.create(make_record("a"))
+
+    def broken(record: EpisodeRecord) -> EpisodeRecord:
+        raise ValueError("model failed")
+
+    with pytest.raises(ValueError, match="model failed"):
+        store.mutate("a", OWNER, broken)
+    assert store.mutate("a", OWNER, next_revision).revision == 1
+
+
+def test_store_mutate_ended_episode_raises_gone(store: SessionStore) -> None:
+    store.create(make_record("a"))
+    store.delete("a", OWNER)
     with pytest.raises(EpisodeGoneError):
-        store.update(replace(record, revision=1))
+        store.mutate("a", OWNER, next_revision)
+
+
+def test_store_mutations_of_one_episode_wait_for_each_other(make_store: StoreFactory) -> None:
+    first = make_store(lock_wait_s=0.05)
+    replica = make_store(lock_wait_s=0.05) if isinstance(first, RedisSessionStore) else first
+    first.create(make_record("a"))
+    first.create(make_record("b"))
+    held = HeldMutation(first, "a")
+    with pytest.raises(EpisodeBusyError) as busy:  # held past its wait: retryable
+        replica.mutate("a", OWNER, next_revision)
+    assert busy.value.retry_after is not None
+    with pytest.raises(EpisodeBusyError):
+        replica.delete("a", OWNER)
+    assert replica.mutate("b", OWNER, next_revision).revision == 1  # other episodes are free
+    assert held.finish().revision == 1
+    assert replica.mutate("a", OWNER, next_revision).revision == 2  # it saw the held write
+
+
+def test_store_waiting_mutation_applies_after_the_one_in_flight(store: SessionStore) -> None:
+    store.create(make_record("a"))
+    held = HeldMutation(store, "a")
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(store.mutate, "a", OWNER, next_revision)
+        assert held.finish().revision == 1
+        assert waiting.result(5).revision == 2
 
 
 def test_memory_store_idle_episode_expires_with_410_and_counts_eviction() -> None:
@@ -97,12 +216,12 @@ def test_memory_store_idle_episode_expires_with_410_and_counts_eviction() -> Non
     store = InMemorySessionStore(ttl_s=10.0, max_episodes=1, clock=clock, on_evict=evicted.append)
     store.create(make_record("a"))
     clock.now = 5.0
-    store.update(replace(store.get("a"), revision=1))  # a write keeps it alive
+    store.mutate("a", OWNER, next_revision)  # a write keeps it alive
     clock.now = 14.0
-    assert store.get("a").revision == 1
+    assert store.get("a", OWNER).revision == 1
     clock.now = 16.0
     with pytest.raises(EpisodeGoneError, match="expired"):
-        store.get("a")
+        store.get("a", OWNER)
     assert evicted == [1]
     store.create(make_record("b"))  # the expired one no longer counts against the cap
 
@@ -111,10 +230,10 @@ def test_memory_store_tombstones_are_forgotten_after_ended_ttl() -> None:
     clock = FakeClock()
     store = InMemorySessionStore(ttl_s=10.0, max_episodes=1, ended_ttl_s=5.0, clock=clock)
     store.create(make_record("a"))
-    store.delete("a")
+    store.delete("a", OWNER)
     clock.now = 6.0
     with pytest.raises(EpisodeNotFoundError):
-        store.get("a")
+        store.get("a", OWNER)
 
 
 @pytest.mark.redis
@@ -126,16 +245,54 @@ def test_redis_store_idle_episode_expires_with_410(redis_prefix: str) -> None:
     store.create(make_record("a"))
     time.sleep(0.12)
     with pytest.raises(EpisodeGoneError, match="expired"):
-        store.get("a")
+        store.get("a", OWNER)
     store.create(make_record("b"))  # the expired one was swept from the live set
     assert evicted == [1]
     store.close()
 
 
-def test_redis_store_unreachable_raises_store_unavailable() -> None:
-    from service.errors import StoreUnavailableError
+@pytest.mark.redis
+def test_redis_store_lock_of_a_dead_replica_expires(redis_prefix: str) -> None:
+    import redis
 
+    store = RedisSessionStore(REDIS_URL, ttl_s=60.0, max_episodes=1, prefix=redis_prefix)
+    store.create(make_record("a"))
+    connection = redis.Redis.from_url(REDIS_URL)
+    connection.set(f"{redis_prefix}:lock:a", "dead-replica", px=50)  # it died holding the lock
+    assert store.mutate("a", OWNER, next_revision).revision == 1
+    connection.close()
+    store.close()
+
+
+def test_redis_store_unreachable_raises_store_unavailable() -> None:
     store = RedisSessionStore("redis://127.0.0.1:1/0", ttl_s=1.0, max_episodes=1)
-    with pytest.raises(StoreUnavailableError):
-        store.get("a")
+    with pytest.raises(StoreUnavailableError) as refused:
+        store.get("a", OWNER)
+    assert "127.0.0.1" not in refused.value.detail and refused.value.retry_after is not None
     assert not store.ping()
+
+
+def test_redis_store_hung_server_times_out_then_fails_fast() -> None:
+    clock = FakeClock()
+    with socket.create_server(("127.0.0.1", 0)) as hung:  # accepts, never answers
+        port = hung.getsockname()[1]
+        store = RedisSessionStore(
+            f"redis://127.0.0.1:{port}/0",
+            ttl_s=1.0,
+            max_episodes=1,
+            socket_timeout_s=0.05,
+            breaker=CircuitBreaker(2, cooldown_s=30.0, clock=clock),
+        )
+        for _ in range(2):
+            with pytest.raises(StoreUnavailableError) as timed_out:
+                store.get("a", OWNER)
+            assert str(port) not in timed_out.value.detail
+        with pytest.raises(StoreUnavailableError, match="retry in 30 s") as fast:
+            store.create(make_record("a"))  # the breaker is open: Redis is not even tried
+        assert fast.value.retry_after == 30 and not store.ping()
+        clock.now = 31.0  # cooled down: tried again, and one more failure trips it again
+        with pytest.raises(StoreUnavailableError, match=r"unavailable$"):
+            store.get("a", OWNER)
+        with pytest.raises(StoreUnavailableError, match="retry in"):
+            store.get("a", OWNER)
+        store.close()

@@ -1,0 +1,79 @@
+"""Per-episode locks: one holder per key, FIFO on the loop, a bounded wait, nothing kept idle."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from service.errors import EpisodeBusyError
+from service.locks import LoopLocks, ThreadLocks
+
+
+def test_thread_locks_serialise_one_key_and_leave_others_free() -> None:
+    locks, order = ThreadLocks(), []
+    inside, release = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with locks.hold("a", 5.0):
+            inside.set()
+            release.wait(5)
+            order.append("first")
+
+    def second() -> None:
+        with locks.hold("a", 5.0):
+            order.append("second")
+
+    with ThreadPoolExecutor(2) as pool:
+        held = pool.submit(first)
+        assert inside.wait(5)
+        with locks.hold("b", 0.01):  # another key is free
+            pass
+        with pytest.raises(EpisodeBusyError, match="busy"), locks.hold("a", 0.01):
+            pass
+        waiting = pool.submit(second)
+        release.set()
+        held.result(5)
+        waiting.result(5)
+    assert order == ["first", "second"]
+    assert locks._locks == {}  # forgotten once nobody holds or waits
+
+
+def test_loop_locks_serialise_one_key_in_arrival_order() -> None:
+    async def scenario() -> list[str]:
+        locks, order = LoopLocks(), []
+
+        async def hold(name: str, pause: int) -> None:
+            async with locks.hold("a", 5.0):
+                for _ in range(pause):  # yields to the others while holding the lock
+                    await asyncio.sleep(0)
+                order.append(name)
+
+        await asyncio.gather(hold("first", 3), hold("second", 0), hold("third", 0))
+        assert locks._locks == {}
+        return order
+
+    assert asyncio.run(scenario()) == ["first", "second", "third"]
+
+
+def test_loop_locks_wait_is_bounded() -> None:
+    async def scenario() -> None:
+        locks, release = LoopLocks(), asyncio.Event()
+
+        async def holder() -> None:
+            async with locks.hold("a", 5.0):
+                await release.wait()
+
+        task = asyncio.create_task(holder())
+        await asyncio.sleep(0)
+        with pytest.raises(EpisodeBusyError) as busy:
+            async with locks.hold("a", 0.01):
+                pass
+        assert busy.value.retry_after == 1 and busy.value.status_code == 409
+        release.set()
+        await task
+        assert locks._locks == {}
+
+    asyncio.run(scenario())
