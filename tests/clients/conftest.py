@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
+from fastapi.testclient import TestClient
 
 from service.config import Settings
 from service.main import create_app
-from tests.service.conftest import TestClient, write_test_policy
-
-TOKEN = "client-token"
+from tests.clients.live_server import TOKEN, serve_in_thread
+from tests.service.toy_policy import write_test_policy
 
 
 @pytest.fixture
@@ -37,25 +33,6 @@ def app_client(client_settings: Settings) -> Iterator[TestClient]:
     """An in-process app (TestClient is an httpx.Client, so PolicyClient can drive it)."""
     with TestClient(create_app(client_settings)) as test_client:
         yield test_client
-
-
-def serve_in_thread(settings: Settings) -> Iterator[str]:
-    """Run uvicorn on a free 127.0.0.1 port in a daemon thread; yields its base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(settings), log_level="warning", ws="websockets-sansio")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10.0
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert server.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10.0)
-    sock.close()
 
 
 @pytest.fixture(scope="module")

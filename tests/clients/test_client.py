@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from fastapi.testclient import TestClient
 
 from clients.client import (
     AsyncPolicyClient,
@@ -20,8 +21,7 @@ from clients.client import (
     error_for_status,
 )
 from service.schemas import EpisodePublic, StepResponse
-from tests.clients.conftest import TOKEN
-from tests.service.conftest import TestClient
+from tests.clients.live_server import TOKEN
 
 OBSERVATION = [0.1, -0.2, 0.3]
 

@@ -10,8 +10,8 @@ import pytest
 
 from clients.rollout import RolloutConfig, main, parse_cost_schedule, run_rollouts, summarise
 from service.config import Settings
-from tests.clients.conftest import serve_in_thread
-from tests.service.conftest import write_test_policy
+from tests.clients.live_server import serve_in_thread
+from tests.service.toy_policy import write_test_policy
 
 TASK = "SafetyBallRun-v0"  # obs 7, act 2, 100-step episodes
 

@@ -14,7 +14,7 @@ from clients.client import (
     ServiceUnreachableError,
 )
 from clients.stream import StreamClosedError, connect_stream, stream_url
-from tests.clients.conftest import TOKEN
+from tests.clients.live_server import TOKEN
 
 pytestmark = pytest.mark.anyio
 OBSERVATION = [0.1, -0.2, 0.3]

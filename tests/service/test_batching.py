@@ -16,7 +16,7 @@ from service.batching import LoopBatcher, MicroBatcher
 from service.config import Settings
 from service.main import create_app
 from service.policy import Policy
-from tests.service.conftest import write_test_policy
+from tests.service.toy_policy import write_test_policy
 
 
 def test_micro_batcher_returns_each_window_its_own_outputs(tmp_path: Path) -> None:

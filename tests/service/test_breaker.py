@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service.breaker import CircuitBreaker
-from tests.service.test_sessions import FakeClock
+from tests.service.clock import FakeClock
 
 
 def test_breaker_opens_after_consecutive_failures_for_the_cooldown() -> None:

@@ -22,7 +22,7 @@ from service.episodes import EpisodeService
 from service.main import create_app
 from service.policy import Policy
 from service.sessions import InMemorySessionStore
-from tests.service.test_sessions import FakeClock
+from tests.service.clock import FakeClock
 
 OBSERVATION = [0.1, -0.2, 0.3]
 START = {"model": "toy", "target_reward": 50.0, "target_cost": 10.0, "observation": OBSERVATION}

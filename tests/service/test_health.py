@@ -11,7 +11,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from service.config import Settings
 from service.main import create_app
-from tests.service.conftest import write_test_policy
+from tests.service.toy_policy import write_test_policy
 
 TOKEN = "s3cret"
 

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.config import Settings
-from tests.service.conftest import write_test_policy
+from tests.service.toy_policy import write_test_policy
 
 OBSERVATION = [0.1, -0.2, 0.3]
 

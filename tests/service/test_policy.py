@@ -11,7 +11,7 @@ import pytest
 from runtime.context import EpisodeContext, stack_windows
 from service.errors import EpisodeGoneError, ModelNotFoundError
 from service.policy import ModelRepository, Policy, PolicyLoadError
-from tests.service.conftest import LOG_STD, build_test_graph, write_test_policy
+from tests.service.toy_policy import LOG_STD, build_test_graph, write_test_policy
 
 
 def edit_card(directory: Path, **changes: object) -> None:

@@ -22,16 +22,8 @@ from service.errors import (
     TooManyEpisodesError,
 )
 from service.sessions import EpisodeRecord, InMemorySessionStore, RedisSessionStore, SessionStore
-from tests.service.conftest import REDIS_URL
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
+from tests.service.clock import FakeClock
+from tests.service.toy_policy import REDIS_URL
 
 OWNER = "alice"
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from runtime.episodes import EpisodeSpec
-from tests.service.conftest import write_test_policy
+from tests.service.toy_policy import write_test_policy
 from training.evaluation.evaluate import (
     RolloutJob,
     evaluate_policy_dir,
