@@ -56,6 +56,8 @@ IN_PROCESS = "service.step, in process"
 ECHO = "websocket echo (no model)"
 ECHO_APP = "bench.serve_latency:echo_app"
 CONCURRENT = 64
+IN_MEMORY = "websocket (default)"
+SCALE_OUT = "websocket (2 workers + Redis)"
 
 
 class GraphBuilder:
@@ -242,9 +244,15 @@ async def echo_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 @contextlib.contextmanager
 def running_server(
-    models_dir: Path, batching: bool, app: str = "service.main:create_app"
+    models_dir: Path,
+    batching: bool,
+    app: str = "service.main:create_app",
+    redis_url: str | None = None,
 ) -> Iterator[str]:
-    """Run uvicorn in a subprocess on a free port; yields its URL once `/readyz` answers."""
+    """Run uvicorn in a subprocess on a free port; yields its URL once `/readyz` answers.
+
+    With `redis_url`, two workers share episodes through Redis (the scale-out path).
+    """
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -252,6 +260,9 @@ def running_server(
     env.pop("CDT_REDIS_URL", None)
     command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
     command += ["--log-level", "warning"]
+    if redis_url is not None:
+        env |= {"CDT_REDIS_URL": redis_url, "CDT_REDIS_PREFIX": f"bench-{port}"}
+        command += ["--workers", "2"]
     command += ["--lifespan", "off"] if app == ECHO_APP else ["--factory"]
     server = subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parents[1])
     url = f"http://127.0.0.1:{port}"
@@ -375,7 +386,11 @@ def report(rows: dict[tuple[str, int], Sample]) -> None:
         if name.startswith("websocket") and name != ECHO and episodes == 1:
             ratio = np.percentile(latencies, 50) / raw_p50
             print(f"goal <= 2.5x: {name} p50 at 1 episode = {ratio:.2f}x the raw call")
-        if episodes == CONCURRENT:  # the server's event loop runs its forward passes on one core
+        if episodes == CONCURRENT and name == SCALE_OUT:
+            in_memory = rows[(IN_MEMORY, CONCURRENT)]
+            share = len(latencies) / seconds / (len(in_memory[0]) / in_memory[1])
+            print(f"goal >= 75%: {name} at {episodes} episodes = {share:.0%} of in-memory")
+        elif episodes == CONCURRENT:  # the server's event loop runs its forward passes on one core
             shares = [len(latencies) / seconds / raw_rates[threads] for threads in (1, 2)]
             print(f"goal >= 75%: {name} at {episodes} episodes = {shares[0]:.0%} of raw steps/s "
                   f"on 1 thread, {shares[1]:.0%} on 2")  # fmt: skip
@@ -417,6 +432,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps-concurrent", type=int, default=50, help="steps per episode at 64")
     parser.add_argument("--raw-calls", type=int, default=300, help="raw calls per round")
     parser.add_argument("--compare-batching", action="store_true", help="also serve batched")
+    parser.add_argument(
+        "--redis-url",
+        default="redis://127.0.0.1:6379/0",
+        help="Redis for the 2-workers row ('' skips it)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch, contextlib.ExitStack() as servers:
         model_dir = args.model_dir or build_cdt_graph(Path(scratch) / "models" / "bench")
@@ -434,6 +454,10 @@ def main(argv: list[str] | None = None) -> None:
         for batching in (False, True) if args.compare_batching else (False,):
             url = servers.enter_context(running_server(models_dir, batching))
             plan += plan_server(url, card, "thread batching" if batching else "default", steps)
+        if args.redis_url:
+            url = servers.enter_context(running_server(models_dir, False, redis_url=args.redis_url))
+            job = as_job(websocket_episodes, url, card, CONCURRENT, args.steps_concurrent)
+            plan.append((SCALE_OUT, CONCURRENT, job))
         report(run_plan(plan, args.rounds))
 
 
