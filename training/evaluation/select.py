@@ -9,16 +9,15 @@ target rewards, action modes and selection seeds), and the best admissible one i
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import math
 from pathlib import Path
 from typing import Any
 
-from runtime.protocol import SelectionRule, summarise
+from runtime.protocol import BudgetRow, SelectionRule
 from training.data.windows import NormalisationStats
-from training.evaluation.selection import describe, evaluate_model, selection_specs
+from training.evaluation.selection import describe, evaluate_selection, selection_record
 from training.export import policy_from_checkpoint
 from training.learn.checkpoint import load_checkpoint, write_checkpoint
 from training.learn.config import TrainConfig
@@ -37,25 +36,10 @@ def score_checkpoint(
 ) -> dict[str, Any]:
     """The selection protocol's rows and score for one checkpoint at one budget calibration."""
     config = TrainConfig.from_json_dict(checkpoint["config"])
-    info = checkpoint["dataset"]
-    specs = selection_specs(
-        info["default_targets"],
-        config.eval_budgets,
-        config.selection_action_modes,
-        config.eval_episodes,
-    )
     model = policy_from_checkpoint(checkpoint).model
     stats = NormalisationStats(**checkpoint["stats"])
-    results = evaluate_model(model, stats, info["task"], specs, budget_scale)
-    rows = summarise(results, (info["reward_return_min"], info["reward_return_max"]))
-    return {
-        "step": int(checkpoint["step"]),
-        "budget_scale": budget_scale,
-        "protocol": "selection",
-        "admissible": rule.admissible(rows),
-        "score": rule.score(rows),
-        "rows": [dataclasses.asdict(row) for row in rows],
-    }
+    rows = evaluate_selection(model, stats, config, checkpoint["dataset"], budget_scale)
+    return selection_record(int(checkpoint["step"]), rows, rule, budget_scale)
 
 
 def select_best(
@@ -73,10 +57,11 @@ def select_best(
     best: tuple[float, Path, dict[str, Any]] = (-math.inf, candidates[0], {})
     evaluations = []
     for path in candidates:
+        checkpoint = load_checkpoint(path)
         for budget_scale in budget_scales:  # largest first: stop at the first admissible one
-            evaluation = score_checkpoint(load_checkpoint(path), rule, budget_scale)
+            evaluation = score_checkpoint(checkpoint, rule, budget_scale)
             evaluations.append({"checkpoint": path.name, **evaluation})
-            rows = [argparse.Namespace(**row) for row in evaluation["rows"]]
+            rows = [BudgetRow(**row) for row in evaluation["rows"]]
             logger.info(
                 "%s x%.2f: score %.2f; %s",
                 path.name,
@@ -90,10 +75,10 @@ def select_best(
                 break
     _, path, evaluation = best
     checkpoint = load_checkpoint(path)
-    checkpoint.pop("format")
-    best_payload = {**checkpoint, "evaluation": evaluation}
+    checkpoint.pop("format")  # write_checkpoint stamps it again
+    scale = evaluation["budget_scale"]
     write_checkpoint(
-        run_dir / "best.pt", {**best_payload, "budget_scale": evaluation["budget_scale"]}
+        run_dir / "best.pt", {**checkpoint, "evaluation": evaluation, "budget_scale": scale}
     )
     (run_dir / "selection.json").write_text(json.dumps(evaluations, indent=2) + "\n")
     return run_dir / "best.pt", evaluation

@@ -9,6 +9,7 @@ reported evaluation's) is `runtime.protocol`'s.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,9 +19,16 @@ from tqdm.auto import tqdm
 
 from runtime.context import WINDOW_NAMES
 from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec, run_episodes
-from runtime.protocol import selection_seeds, target_reward_for
+from runtime.protocol import (
+    BudgetRow,
+    SelectionRule,
+    selection_seeds,
+    summarise,
+    target_reward_for,
+)
 from training.data.windows import NormalisationStats
 from training.export import OnnxPolicy
+from training.learn.config import TrainConfig
 from training.learn.model import ConstrainedDecisionTransformer
 
 
@@ -90,7 +98,40 @@ def evaluate_model(
         model.train(was_training)
 
 
-def describe(rows: Sequence[Any]) -> str:
+def evaluate_selection(
+    model: ConstrainedDecisionTransformer,
+    stats: NormalisationStats,
+    config: TrainConfig,
+    dataset_info: dict[str, Any],
+    budget_scale: float = 1.0,
+) -> list[BudgetRow]:
+    """The reported protocol on selection seeds: every budget, each action mode selection uses."""
+    specs = selection_specs(
+        dataset_info["default_targets"],
+        config.eval_budgets,
+        config.selection_action_modes,
+        config.eval_episodes,
+    )
+    results = evaluate_model(model, stats, dataset_info["task"], specs, budget_scale)
+    reward_range = (dataset_info["reward_return_min"], dataset_info["reward_return_max"])
+    return summarise(results, reward_range)
+
+
+def selection_record(
+    step: int, rows: Sequence[BudgetRow], rule: SelectionRule, budget_scale: float = 1.0
+) -> dict[str, Any]:
+    """What a checkpoint and its card keep of a selection evaluation."""
+    return {
+        "step": step,
+        "budget_scale": budget_scale,
+        "protocol": "selection",
+        "admissible": rule.admissible(rows),
+        "score": rule.score(rows),
+        "rows": [dataclasses.asdict(row) for row in rows],
+    }
+
+
+def describe(rows: Sequence[BudgetRow]) -> str:
     """One line per budget row, on the paper's score scale (reward 0-100, cost / kappa)."""
     return "; ".join(
         f"kappa {row.target_cost:g} {'mean' if row.deterministic else 'sampled'}: "

@@ -20,7 +20,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from runtime.protocol import BudgetRow, SelectionRule, summarise
+from runtime.protocol import BudgetRow, SelectionRule
 from training.data.dataset import OfflineDataset, load_dataset
 from training.data.windows import (
     Batch,
@@ -33,7 +33,7 @@ from training.data.windows import (
     describe_coverage,
     window_coverage,
 )
-from training.evaluation.selection import describe, evaluate_model, selection_specs
+from training.evaluation.selection import describe, evaluate_selection, selection_record
 from training.learn.checkpoint import load_checkpoint, write_checkpoint
 from training.learn.config import TrainConfig
 from training.learn.distributed import (
@@ -162,15 +162,7 @@ def train_step(state: TrainState, batch: Batch) -> LossTerms:
 
 def evaluate(state: TrainState) -> list[BudgetRow]:
     """The reported protocol on selection seeds: every budget, both action modes."""
-    config, info = state.config, state.dataset_info
-    specs = selection_specs(
-        info["default_targets"],
-        config.eval_budgets,
-        config.selection_action_modes,
-        config.eval_episodes,
-    )
-    results = evaluate_model(state.model, state.stats, info["task"], specs)
-    return summarise(results, (info["reward_return_min"], info["reward_return_max"]))
+    return evaluate_selection(state.model, state.stats, state.config, state.dataset_info)
 
 
 def save_checkpoint(state: TrainState, name: str) -> Path | None:
@@ -362,13 +354,7 @@ def _evaluate_and_keep_best(state: TrainState) -> None:
         rule = SelectionRule(config.selection_cost_margin, config.selection_max_share_over)
         rows = evaluate(state)
         score = rule.score(rows)
-        state.evaluation = {
-            "step": state.step,
-            "protocol": "selection",
-            "admissible": rule.admissible(rows),
-            "score": score,
-            "rows": [dataclasses.asdict(row) for row in rows],
-        }
+        state.evaluation = selection_record(state.step, rows, rule)
         if state.log is not None:
             state.log.write("eval", state.step, _eval_scalars(rows, score))
         verdict = "admissible" if rule.admissible(rows) else "not admissible"

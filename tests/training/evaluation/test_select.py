@@ -12,7 +12,7 @@ import pytest
 
 from runtime.episodes import EpisodeResult, EpisodeSpec
 from runtime.protocol import SelectionRule
-from training.evaluation import select
+from training.evaluation import select, selection
 from training.export import policy_from_checkpoint
 from training.learn.checkpoint import load_checkpoint
 
@@ -37,7 +37,7 @@ def test_select_best_tries_scales_largest_first_and_keeps_the_admissible_one(
     checkpoint, _ = exported_policy
     shutil.copy(checkpoint, tmp_path / "step_0000003.pt")
     calls: list[float] = []
-    monkeypatch.setattr(select, "evaluate_model", fake_evaluate(calls))
+    monkeypatch.setattr(selection, "evaluate_model", fake_evaluate(calls))
     path, evaluation = select.select_best(tmp_path, SelectionRule(0.9, 0.2))
     assert calls == [1.0, 0.8, 0.6]
     assert evaluation["admissible"] and evaluation["budget_scale"] == 0.6
