@@ -29,6 +29,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "training.evaluation.report",
         "run the algorithm x task grid and write paper-style tables",
     ),
+    "pipeline": (
+        "training.pipeline",
+        "collect, train, select, export and evaluate one task (resumable)",
+    ),
     "serve": ("service.cli", "serve the model repository over REST and websocket"),
     "rollout": ("clients.rollout", "drive a simulator through a running service"),
 }

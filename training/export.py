@@ -224,6 +224,12 @@ def export_checkpoint(
     return out_dir
 
 
+def quiet_exporter_logs() -> None:
+    """Silence the exporter's harmless notes (constant folding, torchvision ops we never use)."""
+    logging.getLogger("onnxscript").setLevel(logging.ERROR)
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+
+
 @dataclass(frozen=True)
 class ExportArgs:
     """Export a training checkpoint as an ONNX policy with its model card."""
@@ -242,9 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     """`cdt export CHECKPOINT --out models/NAME/`."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("training").setLevel(logging.INFO)
-    logging.getLogger("onnxscript").setLevel(logging.ERROR)  # harmless constant-folding notes
-    # "torchvision is not installed. Skipping torchvision::..." : we export no vision ops
-    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+    quiet_exporter_logs()
     args = tyro.cli(ExportArgs, args=sys.argv[1:] if argv is None else argv, prog="cdt export")
     if not args.checkpoint.is_file():
         print(f"cdt export: {args.checkpoint}: no such checkpoint", file=sys.stderr)

@@ -1,0 +1,36 @@
+"""`cdt pipeline`: every stage runs once, and a rerun skips what is done."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from training.pipeline import PipelineConfig, run_pipeline
+
+
+def test_pipeline_runs_missing_stages_and_skips_finished_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    ran: list[str] = []
+    outputs = {name: tmp_path / f"{name}.done" for name in ("collect", "train", "select")}
+
+    def stage(name: str) -> tuple[str, object, object]:
+        def run(config: PipelineConfig) -> None:
+            ran.append(name)
+            if name == "train" and len([r for r in ran if r == "train"]) == 1:
+                raise KeyboardInterrupt  # an interrupted stage leaves no output behind
+            outputs[name].touch()
+
+        return name, run, lambda config: outputs[name].is_file()
+
+    stages = [stage(name) for name in outputs]
+    config = PipelineConfig(task="SafetyBallRun-v0")
+    assert config.model_name == "cdt-ballrun"
+    with pytest.raises(KeyboardInterrupt):
+        run_pipeline(config, stages)  # type: ignore[arg-type]
+    assert ran == ["collect", "train"]
+    seconds = run_pipeline(config, stages)  # type: ignore[arg-type]
+    assert ran == ["collect", "train", "train", "select"]  # collect is not run again
+    assert seconds["collect"] == 0.0 and set(seconds) == set(outputs)

@@ -1,0 +1,158 @@
+"""`cdt pipeline --task T`: from nothing to a served, measured policy, resumable at every stage.
+
+Stages, each skipped when its output is already there (run the command again to continue):
+collect (`datasets/<task>.hdf5`), train (`runs/pipeline-<name>/`, kept checkpoints, resumed from
+`last.pt`), select (`best.pt` by the reported protocol), export (`models/<name>/`) and evaluate
+(`reports/<name>/evaluation_protocol.json`, recorded in the card).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import tyro
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Collect, train, select, export and evaluate one task."""
+
+    task: str = "SafetyCarRun-v0"
+    """gymnasium env id (Bullet-Safety-Gym task)."""
+    preset: Literal["cpu", "paper"] = "paper"
+    """training preset; `paper` is the one that kept its budgets on the reported protocol."""
+    update_steps: int = 18_000
+    """gradient steps (the shipped `paper` models were chosen at 6,000-18,000)."""
+    device: str = "cpu"
+    """training device (`cuda` on a GPU machine)."""
+    name: str | None = None
+    """model name; default cdt-<task>, e.g. cdt-carrun."""
+    from_step: int = 3_000
+    """first kept checkpoint selection considers."""
+    episodes: int = 10
+    """evaluation episodes per seed, per budget and action mode."""
+    seeds: int = 2
+    """evaluation seeds."""
+
+    @property
+    def model_name(self) -> str:
+        return self.name or "cdt-" + self.task.removeprefix("Safety").rsplit("-v", 1)[0].lower()
+
+    @property
+    def dataset(self) -> Path:
+        return Path("datasets") / f"{self.task}.hdf5"
+
+    @property
+    def run_dir(self) -> Path:
+        return Path("runs") / f"pipeline-{self.model_name}"
+
+    @property
+    def model_dir(self) -> Path:
+        return Path("models") / self.model_name
+
+    @property
+    def report(self) -> Path:
+        return Path("reports") / self.model_name / "evaluation_protocol.json"
+
+
+def collect(config: PipelineConfig) -> None:
+    from training.collect.cli import CollectConfig, finalize, learn
+
+    collect_config = CollectConfig(task=config.task)
+    learn(collect_config)
+    finalize(collect_config)
+
+
+def train(config: PipelineConfig) -> None:
+    from training.learn.config import parse_config
+    from training.learn.train import train as train_run
+
+    args = ["--dataset", str(config.dataset), "--preset", config.preset, "--device", config.device]
+    args += ["--update-steps", str(config.update_steps), "--eval-every", "0", "--keep-checkpoints"]
+    args += ["--out-dir", str(config.run_dir.parent), "--run-name", config.run_dir.name]
+    if (config.run_dir / "last.pt").is_file():  # an interrupted run continues where it stopped
+        args += ["--resume", str(config.run_dir / "last.pt")]
+    train_run(parse_config(args))
+
+
+def select(config: PipelineConfig) -> None:
+    from runtime.protocol import SelectionRule
+    from training.evaluation.select import select_best
+
+    select_best(config.run_dir, SelectionRule(), config.from_step)
+
+
+def export(config: PipelineConfig) -> None:
+    from training.export import export_checkpoint, quiet_exporter_logs
+
+    quiet_exporter_logs()
+    export_checkpoint(config.run_dir / "best.pt", config.model_dir, config.model_name)
+
+
+def evaluate(config: PipelineConfig) -> None:
+    from training.card_update import record_evaluation
+    from training.evaluation.evaluate import evaluate_protocol, to_markdown
+
+    result = evaluate_protocol(config.model_dir, episodes=config.episodes, seeds=config.seeds)
+    config.report.parent.mkdir(parents=True, exist_ok=True)
+    config.report.write_text(json.dumps(result, indent=2))
+    config.report.with_suffix(".md").write_text(to_markdown(result))
+    record_evaluation(config.model_dir, "protocol", result)
+
+
+def _trained(config: PipelineConfig) -> bool:
+    """Has the run reached its step total? (Its .json beside last.pt holds no step.)"""
+    from training.learn.checkpoint import load_checkpoint
+
+    last = config.run_dir / "last.pt"
+    return last.is_file() and int(load_checkpoint(last)["step"]) >= config.update_steps
+
+
+Stage = tuple[str, Callable[[PipelineConfig], None], Callable[[PipelineConfig], bool]]
+STAGES: list[Stage] = [
+    ("collect", collect, lambda c: c.dataset.is_file()),
+    ("train", train, _trained),
+    ("select", select, lambda c: (c.run_dir / "selection.json").is_file()),
+    ("export", export, lambda c: (c.model_dir / "model.onnx").is_file()),
+    ("evaluate", evaluate, lambda c: c.report.is_file()),
+]
+
+
+def run_pipeline(config: PipelineConfig, stages: list[Stage] = STAGES) -> dict[str, float]:
+    """Run every stage whose output is missing; returns the seconds each stage ran (0 = skipped)."""
+    seconds: dict[str, float] = {}
+    for number, (name, run, done) in enumerate(stages, start=1):
+        if done(config):
+            logger.info("[%d/%d] %s: done already, skipped", number, len(stages), name)
+            seconds[name] = 0.0
+            continue
+        logger.info("[%d/%d] %s ...", number, len(stages), name)
+        started = time.perf_counter()
+        run(config)
+        seconds[name] = time.perf_counter() - started
+        logger.info("[%d/%d] %s: %.0f s", number, len(stages), name, seconds[name])
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of `cdt pipeline`."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    config = tyro.cli(
+        PipelineConfig, args=sys.argv[1:] if argv is None else argv, prog="cdt pipeline"
+    )
+    seconds = run_pipeline(config)
+    print(f"{config.model_name}: {sum(seconds.values()):.0f} s this run ({seconds}); serve it with "
+          f"`cdt serve`, results in {config.report}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
