@@ -60,6 +60,8 @@ class ModelCard(BaseModel):
     default_targets: list[CardTarget] | None = None
     cost_curve: list[CostCurvePoint] | None = None
     validated_cost_range: tuple[float, float] | None = None
+    validated_action_mode: str | None = None
+    """The action mode (`sampled`, `mean`) the cost curve and validated range were measured with."""
     dataset: dict[str, Any] | None = None
     training_config: dict[str, Any] | None = None
     evaluation: dict[str, Any] | None = None

@@ -45,7 +45,8 @@ def validated_cost_range(curve: list[dict[str, float]]) -> list[float] | None:
 
 
 def record_sweep(model_dir: Path, zero_shot_rows: list[dict[str, Any]]) -> None:
-    """Store the zero-shot cost curve and the validated budget range it implies."""
+    """Store the zero-shot cost curve, the validated budget range it implies and the action mode
+    it was measured with (the rows' `deterministic`)."""
     curve = [
         {
             "target_cost": row["target_cost"],
@@ -55,7 +56,13 @@ def record_sweep(model_dir: Path, zero_shot_rows: list[dict[str, Any]]) -> None:
         }
         for row in zero_shot_rows
     ]
-    update_card(model_dir, cost_curve=curve, validated_cost_range=validated_cost_range(curve))
+    modes = {"mean" if row.get("deterministic") else "sampled" for row in zero_shot_rows}
+    update_card(
+        model_dir,
+        cost_curve=curve,
+        validated_cost_range=validated_cost_range(curve),
+        validated_action_mode=" and ".join(sorted(modes)),
+    )
 
 
 def record_default_targets(model_dir: Path, targets: list[dict[str, float]]) -> None:

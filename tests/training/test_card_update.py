@@ -39,6 +39,7 @@ def test_record_functions_rewrite_the_card(tmp_path: Path) -> None:
     card = json.loads((tmp_path / "model.json").read_text())
     assert card["evaluation"] == {"kappa_10": {"safe": True}}
     assert card["validated_cost_range"] == [10.0, 20.0]
+    assert card["validated_action_mode"] == "sampled"  # rows without `deterministic` sampled
     assert card["cost_curve"][1]["actual_cost"] == 15.0
     assert card["name"] == "m"
 
