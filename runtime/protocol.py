@@ -23,6 +23,11 @@ SELECTION_SEED_BASE = 5_000_000
 """Selection episodes use seeds from here on; reported evaluations use 0 .. seeds * 10,000."""
 
 
+def action_mode(deterministic: bool) -> str:
+    """The name every table, log and card uses for an episode's action mode."""
+    return "mean" if deterministic else "sampled"
+
+
 def report_seeds(episodes: int, seeds: int) -> list[tuple[int, ...]]:
     """Seed s owns episodes s * 10,000 + 0 .. episodes - 1 (distinct env and policy seeds)."""
     return [tuple(s * 10_000 + e for e in range(episodes)) for s in range(seeds)]

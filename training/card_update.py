@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.card import read_card, update_card
+from runtime.protocol import action_mode
 from training.data.frontiers import derive_default_targets
 
 
@@ -56,7 +57,7 @@ def record_sweep(model_dir: Path, zero_shot_rows: list[dict[str, Any]]) -> None:
         }
         for row in zero_shot_rows
     ]
-    modes = {"mean" if row.get("deterministic") else "sampled" for row in zero_shot_rows}
+    modes = {action_mode(bool(row.get("deterministic"))) for row in zero_shot_rows}
     update_card(
         model_dir,
         cost_curve=curve,

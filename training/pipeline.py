@@ -8,7 +8,6 @@ collect (`datasets/<task>.hdf5`), train (`runs/pipeline-<name>/`, kept checkpoin
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
@@ -100,12 +99,10 @@ def export(config: PipelineConfig) -> None:
 
 def evaluate(config: PipelineConfig) -> None:
     from training.card_update import record_evaluation
-    from training.evaluation.evaluate import evaluate_protocol, to_markdown
+    from training.evaluation.evaluate import evaluate_protocol, write_report
 
     result = evaluate_protocol(config.model_dir, episodes=config.episodes, seeds=config.seeds)
-    config.report.parent.mkdir(parents=True, exist_ok=True)
-    config.report.write_text(json.dumps(result, indent=2))
-    config.report.with_suffix(".md").write_text(to_markdown(result))
+    write_report(result, config.report.parent, "protocol")
     record_evaluation(config.model_dir, "protocol", result)
 
 

@@ -23,7 +23,13 @@ from tqdm import tqdm
 
 from runtime.card import read_card
 from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec, run_episodes
-from runtime.protocol import REPORTED_BUDGETS, report_seeds, summarise, target_reward_for
+from runtime.protocol import (
+    REPORTED_BUDGETS,
+    action_mode,
+    report_seeds,
+    summarise,
+    target_reward_for,
+)
 from runtime.scores import normalised_cost, normalised_reward
 from service.policy import Policy
 from training.card_update import record_evaluation
@@ -166,7 +172,7 @@ def evaluate_policy_dir(
 
 
 def _mode(deterministic: bool) -> str:
-    return "mean action" if deterministic else "sampled actions"
+    return f"{action_mode(deterministic)} actions"
 
 
 def evaluate_benchmark(model_dir: str | Path, **options: Any) -> dict[str, Any]:
@@ -195,7 +201,7 @@ def to_markdown(result: dict[str, Any]) -> str:
     ]
     for row in rows:
         lines.append(
-            f"| {row['model']} | {'mean' if row['deterministic'] else 'sampled'} "
+            f"| {row['model']} | {action_mode(row['deterministic'])} "
             f"| {row['target_reward']:g} | {row['target_cost']:g} "
             f"| {row['reward_mean']:.1f} ± {row['reward_std']:.1f} "
             f"| {row['cost_mean']:.1f} ± {row['cost_std']:.1f} "
@@ -220,6 +226,15 @@ def evaluate_protocol(model_dir: str | Path, **options: Any) -> dict[str, Any]:
         "rows": rows,
         "safe": all(row["safe"] for row in rows),
     }
+
+
+def write_report(result: dict[str, Any], out: Path, convention: str) -> Path:
+    """Write `out/evaluation_<convention>.json` and `.md`; returns their common stem."""
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"evaluation_{convention}"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
+    stem.with_suffix(".md").write_text(to_markdown(result))
+    return stem
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -251,7 +266,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _record_key(convention: str, target_cost: float, deterministic: bool) -> str:
-    mode = "mean" if deterministic else "sampled"
+    mode = action_mode(deterministic)
     if convention == "protocol":
         return "protocol"
     if convention == "benchmark":
@@ -283,13 +298,9 @@ def main(argv: list[str] | None = None) -> None:
             target_cost=args.target_cost,
             **options,
         )
-    markdown = to_markdown(result)
-    print(markdown)
+    print(to_markdown(result))
     out = args.out or Path("reports") / args.model_dir.resolve().name
-    out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"evaluation_{args.convention}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    stem.with_suffix(".md").write_text(markdown)
+    stem = write_report(result, out, args.convention)
     print(f"written: {stem}.json, {stem}.md")
     if args.record:
         key = _record_key(args.convention, args.target_cost, args.deterministic)

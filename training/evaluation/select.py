@@ -54,7 +54,7 @@ def select_best(
     ]
     if not candidates:
         raise SystemExit(f"cdt select: no step_*.pt in {run_dir} (train with --keep-checkpoints)")
-    best: tuple[float, Path, dict[str, Any]] = (-math.inf, candidates[0], {})
+    best: tuple[float, dict[str, Any], dict[str, Any]] = (-math.inf, {}, {})
     evaluations = []
     for path in candidates:
         checkpoint = load_checkpoint(path)
@@ -70,16 +70,13 @@ def select_best(
                 describe(rows),
             )
             if evaluation["score"] > best[0]:
-                best = (evaluation["score"], path, evaluation)
+                best = (evaluation["score"], checkpoint, evaluation)
             if evaluation["admissible"]:
                 break
-    _, path, evaluation = best
-    checkpoint = load_checkpoint(path)
-    checkpoint.pop("format")  # write_checkpoint stamps it again
-    scale = evaluation["budget_scale"]
-    write_checkpoint(
-        run_dir / "best.pt", {**checkpoint, "evaluation": evaluation, "budget_scale": scale}
-    )
+    _, checkpoint, evaluation = best
+    payload = {key: value for key, value in checkpoint.items() if key != "format"}  # restamped
+    payload |= {"evaluation": evaluation, "budget_scale": evaluation["budget_scale"]}
+    write_checkpoint(run_dir / "best.pt", payload)
     (run_dir / "selection.json").write_text(json.dumps(evaluations, indent=2) + "\n")
     return run_dir / "best.pt", evaluation
 

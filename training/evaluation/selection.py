@@ -22,6 +22,7 @@ from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec, run_epis
 from runtime.protocol import (
     BudgetRow,
     SelectionRule,
+    action_mode,
     selection_seeds,
     summarise,
     target_reward_for,
@@ -134,7 +135,7 @@ def selection_record(
 def describe(rows: Sequence[BudgetRow]) -> str:
     """One line per budget row, on the paper's score scale (reward 0-100, cost / kappa)."""
     return "; ".join(
-        f"kappa {row.target_cost:g} {'mean' if row.deterministic else 'sampled'}: "
+        f"kappa {row.target_cost:g} {action_mode(row.deterministic)}: "
         f"reward {row.normalised_reward:.1f} cost {row.normalised_cost:.2f} "
         f"(over {row.share_over_budget:.0%})"
         for row in rows

@@ -20,7 +20,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from runtime.protocol import BudgetRow, SelectionRule
+from runtime.protocol import BudgetRow, SelectionRule, action_mode
 from training.data.dataset import OfflineDataset, load_dataset
 from training.data.windows import (
     Batch,
@@ -374,7 +374,7 @@ def _evaluate_and_keep_best(state: TrainState) -> None:
 def _eval_scalars(rows: list[BudgetRow], score: float) -> dict[str, float]:
     scalars = {"score": score}
     for row in rows:
-        tag = f"kappa{row.target_cost:g}_{'mean' if row.deterministic else 'sampled'}"
+        tag = f"kappa{row.target_cost:g}_{action_mode(row.deterministic)}"
         scalars[f"{tag}/normalised_reward"] = row.normalised_reward
         scalars[f"{tag}/normalised_cost"] = row.normalised_cost
         scalars[f"{tag}/share_over_budget"] = row.share_over_budget
