@@ -4,12 +4,13 @@ evaluations update (docs/ARTIFACT.md). Required keys are typed and checked; extr
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Self
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+
+from runtime.files import write_atomic
 
 CARD_FILE = "model.json"
 
@@ -116,9 +117,7 @@ def write_card(directory: Path, card: ModelCard | dict[str, Any]) -> ModelCard:
     except ValidationError as error:
         raise CardError(f"{Path(directory) / CARD_FILE}: {error}") from error
     text = json.dumps(model.model_dump(mode="json"), indent=2, allow_nan=False) + "\n"
-    temporary = Path(directory) / f".{CARD_FILE}.tmp"
-    temporary.write_text(text)
-    os.replace(temporary, Path(directory) / CARD_FILE)
+    write_atomic(Path(directory) / CARD_FILE, lambda temporary: temporary.write_text(text))
     return model
 
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import sys
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +23,7 @@ from torch import nn
 
 from runtime.card import write_card
 from runtime.context import WINDOW_NAMES
+from runtime.files import write_atomic
 from training.data.windows import NormalisationStats
 from training.learn.checkpoint import CheckpointError, load_checkpoint
 from training.learn.model import ConstrainedDecisionTransformer, ModelConfig
@@ -160,17 +159,12 @@ def export_onnx(policy: OnnxPolicy, path: Path, opset: int = ONNX_OPSET) -> Path
         program = _export_program(policy, dynamic_shapes, opset)
     if program is None:
         raise RuntimeError("torch.onnx.export returned no program")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".onnx.tmp")
-    os.close(handle)
-    try:
-        program.save(temporary)
-        onnx.checker.check_model(temporary, full_check=True)
-        os.chmod(temporary, 0o644)  # mkstemp creates 0600
-        os.replace(temporary, path)
-    finally:
-        Path(temporary).unlink(missing_ok=True)
-    return path
+
+    def write(temporary: Path) -> None:
+        program.save(str(temporary))
+        onnx.checker.check_model(str(temporary), full_check=True)  # refuse a bad graph unwritten
+
+    return write_atomic(path, write)
 
 
 def model_card(

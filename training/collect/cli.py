@@ -22,6 +22,7 @@ import torch
 import tyro
 from tqdm import tqdm
 
+from runtime.files import write_atomic
 from training.collect.ppo_lagrangian import (
     ActorCritic,
     PidLagrangian,
@@ -156,12 +157,6 @@ def cost_threshold(epoch: int, eps1: float, eps2: float, n1: int, n2: int) -> fl
     return eps1 + (eps2 - eps1) * (epoch - n1) / (n2 - n1)
 
 
-def _atomic_torch_save(state: dict[str, Any], path: Path) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    torch.save(state, temporary)
-    os.replace(temporary, path)
-
-
 def _learner_state(
     model: ActorCritic,
     optimiser: torch.optim.Optimizer,
@@ -269,7 +264,7 @@ def _run_epoch(
     ppo_update(learner.model, learner.optimiser, result.batch, multiplier, settings, generator)
     _save_raw_epoch(config.run_path, epoch, result.episodes, threshold)
     state = _learner_state(learner.model, learner.optimiser, learner.pid, learner.normaliser, epoch)
-    _atomic_torch_save(state, config.run_path / "learner.pt")
+    write_atomic(config.run_path / "learner.pt", lambda temporary: torch.save(state, temporary))
     return {
         "threshold": f"{threshold:.1f}",
         "reward": f"{result.mean_reward:.1f}",

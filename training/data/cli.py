@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import sys
 from argparse import ArgumentParser, ArgumentTypeError, Namespace
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from runtime.files import write_atomic
 from training.data.dataset import DatasetError, Episode, OfflineDataset, load_dataset, save_dataset
 from training.data.frontiers import (
     DEFAULT_COST_BIN_WIDTH,
@@ -84,19 +84,6 @@ def summarise(
     }
 
 
-def _write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
-    """Run `write(temporary)` and rename the result to `path`; no partial file is left behind."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-    return path
-
-
 def write_summary(
     dataset: OfflineDataset,
     path: str | Path,
@@ -104,7 +91,7 @@ def write_summary(
 ) -> Path:
     """Write `summarise(dataset, thresholds)` as JSON, atomically."""
     text = json.dumps(summarise(dataset, thresholds), indent=2) + "\n"
-    return _write_atomic(path, lambda temporary: temporary.write_text(text))
+    return write_atomic(path, lambda temporary: temporary.write_text(text))
 
 
 def plot_returns(
@@ -147,7 +134,7 @@ def plot_returns(
     axes.set_ylabel("reward return")
     axes.set_title(f"{dataset.task}: {len(costs)} episodes, {dataset.transitions} transitions")
     axes.legend(loc="lower right", fontsize=8)
-    return _write_atomic(path, lambda temporary: figure.savefig(temporary, format="png"))
+    return write_atomic(path, lambda temporary: figure.savefig(temporary, format="png"))
 
 
 def _with_step(
@@ -260,7 +247,7 @@ def _run_inspect(args: Namespace) -> None:
     print(_format_summary(args.file, summary))
     if args.json is not None:
         text = json.dumps(summary, indent=2) + "\n"
-        _write_atomic(args.json, lambda temporary: temporary.write_text(text))
+        write_atomic(args.json, lambda temporary: temporary.write_text(text))
         print(f"wrote {args.json}")
     if args.plot is not None:
         plot_returns(dataset, args.plot, args.thresholds)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,8 @@ from typing import Any, NamedTuple
 
 import h5py
 import numpy as np
+
+from runtime.files import write_atomic
 
 FLOAT_KEYS = ("observations", "next_observations", "actions", "rewards", "costs")
 FLAG_KEYS = ("terminals", "timeouts")
@@ -219,11 +220,9 @@ def concatenate_episodes(episodes: Sequence[Episode]) -> dict[str, np.ndarray]:
 
 def save_dataset(path: str | Path, episodes: Sequence[Episode], attrs: dict[str, Any]) -> Path:
     """Write episodes as a compressed DSRL HDF5 file, atomically (temp file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     arrays = concatenate_episodes(episodes)
-    temporary = path.with_name(f".{path.name}.tmp")
-    try:
+
+    def write(temporary: Path) -> None:
         with h5py.File(temporary, "w") as file:
             for key, array in arrays.items():
                 file.create_dataset(
@@ -233,7 +232,5 @@ def save_dataset(path: str | Path, episodes: Sequence[Episode], attrs: dict[str,
                 file.attrs[key] = (
                     value if isinstance(value, str | int | float) else json.dumps(value)
                 )
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)  # only still there when writing failed
-    return path
+
+    return write_atomic(Path(path), write)

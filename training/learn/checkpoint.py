@@ -7,32 +7,22 @@ A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts, so
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from runtime.files import write_atomic
+
 CHECKPOINT_FORMAT = 1
-
-
-def _atomic_write(path: Path, write: Any) -> None:
-    """Write through a temporary file in the same folder, then rename: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def write_checkpoint(path: Path, payload: dict[str, Any]) -> Path:
     """Save `payload` to `path` and its `config` entry to `path.with_suffix('.json')`."""
     payload = {"format": CHECKPOINT_FORMAT, **payload}
-    _atomic_write(path, lambda target: torch.save(payload, target))
+    write_atomic(path, lambda target: torch.save(payload, target))
     config_text = json.dumps(payload.get("config", {}), indent=2, sort_keys=True) + "\n"
-    _atomic_write(path.with_suffix(".json"), lambda target: target.write_text(config_text))
+    write_atomic(path.with_suffix(".json"), lambda target: target.write_text(config_text))
     return path
 
 
