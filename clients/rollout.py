@@ -21,6 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from clients.client import PolicyClient, PolicyClientError, ServiceUnreachableError
+from runtime.protocol import target_reward_for
 from runtime.scores import normalised_cost, normalised_reward
 from service.schemas import ModelPublic
 
@@ -95,9 +96,9 @@ def parse_cost_schedule(text: str) -> tuple[tuple[int, float], ...]:
 def _target_reward(model: ModelPublic, config: RolloutConfig, cost_limit: float) -> float:
     if config.target_reward is not None:
         return config.target_reward
-    if model.default_targets:
-        return min(model.default_targets, key=lambda t: abs(t.cost - cost_limit)).reward
-    raise ValueError(f"model {model.name} has no default targets: pass --target-reward")
+    if not model.default_targets:
+        raise ValueError(f"model {model.name} has no default targets: pass --target-reward")
+    return target_reward_for(model.default_targets, cost_limit)
 
 
 def _normalised(

@@ -7,9 +7,9 @@ test"). Scores are the paper's (section 5), from `runtime.scores`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
@@ -38,12 +38,22 @@ def selection_seeds(episodes: int) -> list[int]:
     return [SELECTION_SEED_BASE + e for e in range(episodes)]
 
 
-def target_reward_for(default_targets: Sequence[Mapping[str, Any]], budget: float) -> float:
+class TargetLike(Protocol):
+    """A (reward, cost) target: the card's, the wire schema's, or one read from a dict."""
+
+    @property
+    def reward(self) -> float: ...
+
+    @property
+    def cost(self) -> float: ...
+
+
+def target_reward_for(default_targets: Sequence[TargetLike], budget: float) -> float:
     """The default target reward listed at the cost closest to `budget`."""
     if not default_targets:
         raise ValueError("no default targets: export the model with its dataset's targets")
-    closest = min(default_targets, key=lambda target: abs(float(target["cost"]) - budget))
-    return float(closest["reward"])
+    closest = min(default_targets, key=lambda target: abs(target.cost - budget))
+    return float(closest.reward)
 
 
 @dataclass(frozen=True)

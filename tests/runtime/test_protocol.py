@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from runtime.card import CardTarget
 from runtime.episodes import EpisodeResult, EpisodeSpec
 from runtime.protocol import (
     SelectionRule,
@@ -27,7 +28,7 @@ def test_selection_seeds_never_meet_report_seeds() -> None:
 
 
 def test_target_reward_for_takes_the_closest_budget() -> None:
-    targets = [{"reward": 500.0, "cost": 10.0}, {"reward": 600.0, "cost": 40.0}]
+    targets = [CardTarget(reward=500.0, cost=10.0), CardTarget(reward=600.0, cost=40.0)]
     assert target_reward_for(targets, 12.0) == 500.0
     assert target_reward_for(targets, 30.0) == 600.0
     with pytest.raises(ValueError, match="no default targets"):

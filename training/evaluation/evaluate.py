@@ -147,7 +147,7 @@ def evaluate_policy_dir(
     if reward_range is None:
         raise SystemExit(f"cdt evaluate: {model_dir}: the card has no dataset reward range")
     if target_reward is None:
-        target_reward = target_reward_for(card.model_dump()["default_targets"], target_cost)
+        target_reward = target_reward_for(card.default_targets or [], target_cost)
     jobs = [
         RolloutJob(
             str(model_dir),

@@ -310,6 +310,7 @@ def _evaluate_dir(
     The result is kept beside the model, so a rerun with `--reuse` after an interruption skips
     the evaluations already done with the same episodes, seeds and cost limit.
     """
+    from runtime.card import read_card
     from runtime.protocol import target_reward_for
 
     card = json.loads((model_dir / "model.json").read_text())
@@ -329,7 +330,9 @@ def _evaluate_dir(
         model_dir=model_dir,
         episodes=config.episodes,
         seeds=config.eval_seeds,
-        target_reward=target_reward_for(card["default_targets"], config.cost_limit),
+        target_reward=target_reward_for(
+            read_card(model_dir).default_targets or [], config.cost_limit
+        ),
         target_cost=config.cost_limit,
         # One action convention for every row: the Gaussian's mean, as the authors evaluate CDT.
         deterministic=True,

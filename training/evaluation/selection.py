@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from runtime.card import CardTarget
 from runtime.context import WINDOW_NAMES
 from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec, run_episodes
 from runtime.protocol import (
@@ -66,8 +67,9 @@ def selection_specs(
     episodes: int,
 ) -> list[EpisodeSpec]:
     """Every (budget, action mode) pair on the same selection seeds; `True` = mean action."""
+    targets = [CardTarget.model_validate(target) for target in default_targets]
     return [
-        EpisodeSpec(seed, target_reward_for(default_targets, budget), budget, deterministic)
+        EpisodeSpec(seed, target_reward_for(targets, budget), budget, deterministic)
         for budget in budgets
         for deterministic in action_modes
         for seed in selection_seeds(episodes)
