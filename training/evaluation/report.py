@@ -44,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 EvaluateFunction = Callable[..., dict[str, Any]]
 AVERAGE = "Average"
+SAMPLED_SUFFIX = "-sampled"
+"""Row suffix of an algorithm evaluated with sampled actions, shown beside the convention's row."""
 DISPLAY_NAMES = {
     "bc-all": "BC-All",
     "bc-safe": "BC-Safe",
@@ -58,6 +60,7 @@ DISPLAY_NAMES = {
     "bcq": "BCQ",
     "bear": "BEAR",
     "cdt": "CDT",
+    "cdt-sampled": "CDT (sampled actions)",
     "dt": "DT",
 }
 
@@ -91,8 +94,8 @@ class ReportConfig:
     """evaluation seeds per trained model."""
     include_existing: tuple[str, ...] = ()
     """exported model dirs (DIR or LABEL=DIR) to add, e.g. CDT's."""
-    models_dir: Path = Path("models/report")
-    """where the grid's models are exported."""
+    models_dir: Path = Path("runs/report-models")
+    """where the grid's models are exported and every evaluation is kept."""
     out: Path = Path("reports")
     """where the tables are written."""
     stem: str = "table1"
@@ -103,6 +106,9 @@ class ReportConfig:
     """heading of the Markdown table."""
     train: BaselineConfig = field(default_factory=BaselineConfig)
     """per-run training settings (algo, dataset, seed, out and cost limit are set by the grid)."""
+    sampled_beside: tuple[str, ...] = ("cdt",)
+    """algorithms also evaluated with sampled actions, in an extra `<algo>-sampled` row (the
+    table's convention is the mean action for every row)."""
     sequence_args: str = ""
     """extra `cdt train` flags for cdt, dt-cost and dt, in one string, given with `=`:
     `--sequence-args="--update-steps 2000"`."""
@@ -153,11 +159,14 @@ class Table:
     cells: dict[tuple[str, str], Cell]
 
     def best_safe(self, task: str) -> str | None:
-        """The safe algorithm with the highest reward in column `task`, if any is safe."""
+        """The safe algorithm with the highest reward in column `task`, if any is safe (rows
+        with sampled actions are shown beside, not ranked)."""
         safe = [
             (cell.reward, algo)
             for algo in self.algorithms
-            if (cell := self.cells.get((algo, task))) is not None and cell.safe
+            if (cell := self.cells.get((algo, task))) is not None
+            and cell.safe
+            and not algo.endswith(SAMPLED_SUFFIX)
         ]
         return max(safe)[1] if safe else None
 
@@ -225,7 +234,8 @@ def render_markdown(
         "Scores as `cdt evaluate` computes them: normalised reward 100 (R - R_min) / "
         "(R_max - R_min) over the dataset's return range, normalised cost C / kappa (plus a "
         f"small epsilon) with kappa = {cost_limit:g}; mean over {'/'.join(map(str, runs))} "
-        "training seed(s).",
+        "training seed(s). Every row acts with the policy's mean action; rows marked "
+        "(sampled actions) sample from the same policy's Gaussian.",
         "**Bold**: safe (normalised cost <= 1). †: unsafe. ★: highest reward among the safe "
         "algorithms of that column.",
     ]
@@ -278,17 +288,6 @@ def normalised_scores(
     return float(reward[0]), float(cost[0])
 
 
-def card_scores(card: dict[str, Any], cost_limit: float) -> tuple[float, float] | None:
-    """Scores from a card's `evaluation` entry, if it holds an evaluation at `cost_limit`."""
-    evaluation = card.get("evaluation") or {}
-    candidates = evaluation.get("rows", [evaluation])  # the benchmark convention has rows
-    for row in candidates:
-        kappa = row.get("kappa", row.get("target_cost", cost_limit))
-        if float(kappa) == cost_limit:
-            return normalised_scores(row, card, cost_limit)
-    return None
-
-
 def _split_label(entry: str) -> tuple[str | None, Path]:
     label, separator, path = entry.partition("=")
     return (label, Path(path)) if separator else (None, Path(entry))
@@ -299,16 +298,14 @@ def short_task(task: str) -> str:
     return task.removeprefix("Safety").rsplit("-v", 1)[0]
 
 
-REPORT_EVALUATION = "report_evaluation.json"
-
-
 def _evaluate_dir(
-    model_dir: Path, config: ReportConfig, evaluate: EvaluateFunction
+    model_dir: Path, label: str, config: ReportConfig, evaluate: EvaluateFunction, *, mean: bool
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(card, evaluation result) of one exported model.
+    """(card, evaluation result) of one exported model, with mean or sampled actions.
 
-    The result is kept beside the model, so a rerun with `--reuse` after an interruption skips
-    the evaluations already done with the same episodes, seeds and cost limit.
+    The result is kept under `<models_dir>/evaluations/` (never beside a shipped model), so a
+    rerun with `--reuse` after an interruption skips the evaluations already done with the same
+    episodes, seeds, cost limit, action mode and model.
     """
     from runtime.card import read_card
     from runtime.protocol import target_reward_for
@@ -318,10 +315,12 @@ def _evaluate_dir(
         "episodes": config.episodes,
         "seeds": config.eval_seeds,
         "target_cost": config.cost_limit,
-        "deterministic": True,
+        "deterministic": mean,
+        "model_dir": str(model_dir),
         "card_created_at": card.get("created_at"),
     }
-    saved_path = model_dir / REPORT_EVALUATION
+    mode = "mean" if mean else "sampled"
+    saved_path = config.models_dir / "evaluations" / f"{label}-{model_dir.name}-{mode}.json"
     if config.reuse and saved_path.is_file():
         saved = json.loads(saved_path.read_text())
         if saved.get("settings") == settings:
@@ -334,12 +333,34 @@ def _evaluate_dir(
             read_card(model_dir).default_targets or [], config.cost_limit
         ),
         target_cost=config.cost_limit,
-        # One action convention for every row: the Gaussian's mean, as the authors evaluate CDT.
-        deterministic=True,
+        deterministic=mean,
     )
-    payload = json.dumps({"settings": settings, "result": result}, default=float)
-    saved_path.write_text(payload + "\n")
+    saved_path.parent.mkdir(parents=True, exist_ok=True)
+    saved_path.write_text(
+        json.dumps({"settings": settings, "result": result}, default=float) + "\n"
+    )
     return card, result
+
+
+def _evaluated_results(
+    model_dir: Path, task: str, seed: int, config: ReportConfig, evaluate: EvaluateFunction
+) -> list[RunResult]:
+    """The model's row under the table's one convention (the Gaussian's mean action, as the
+    authors evaluate CDT), plus a `<algo>-sampled` row for the algorithms in `sampled_beside`."""
+    card = json.loads((model_dir / "model.json").read_text())
+    algo = str(card.get("algo", model_dir.name))
+    modes = [(algo, True)]
+    if algo in config.sampled_beside:
+        modes.append((algo + SAMPLED_SUFFIX, False))
+    results = []
+    for name, mean in modes:
+        card, result = _evaluate_dir(model_dir, task, config, evaluate, mean=mean)
+        scores = normalised_scores(result, card, config.cost_limit)
+        if scores is None:
+            raise ValueError(f"{model_dir}: evaluation has no reward/cost returns")
+        results.append(RunResult(name, task, seed, *scores, *card_training(card)))
+        logger.info("%s %s seed %d: reward %.2f cost %.2f", task, name, seed, *scores)
+    return results
 
 
 SEQUENCE_ALGORITHMS = ("cdt", "dt-cost", "dt")
@@ -408,30 +429,19 @@ def run_grid(config: ReportConfig, evaluate: EvaluateFunction) -> list[RunResult
         for algo in config.algorithms:
             for seed in range(config.seeds):
                 model_dir = _train_cell(config, path, label, algo, seed)
-                card, result = _evaluate_dir(model_dir, config, evaluate)
-                scores = normalised_scores(result, card, config.cost_limit)
-                if scores is None:
-                    raise ValueError(f"{model_dir}: evaluation has no reward/cost returns")
-                results.append(RunResult(algo, label, seed, *scores, *card_training(card)))
-                logger.info("%s %s seed %d: reward %.2f cost %.2f", label, algo, seed, *scores)
+                results += _evaluated_results(model_dir, label, seed, config, evaluate)
     return results
 
 
 def existing_results(config: ReportConfig, evaluate: EvaluateFunction) -> list[RunResult]:
-    """Results of already exported models: the card's evaluation when it has scores."""
+    """Already exported models, evaluated like the grid's (a card's own evaluation may have used
+    another action convention, so it is never taken as the row)."""
     results = []
     for index, entry in enumerate(config.include_existing):
         label, model_dir = _split_label(entry)
         card = json.loads((model_dir / "model.json").read_text())
-        scores = card_scores(card, config.cost_limit)
-        if scores is None:
-            card, result = _evaluate_dir(model_dir, config, evaluate)
-            scores = normalised_scores(result, card, config.cost_limit)
-        if scores is None:
-            raise ValueError(f"{model_dir}: evaluation has no reward/cost returns")
         task = label or short_task(str(card.get("task", model_dir.name)))
-        algo = str(card.get("algo", model_dir.name))
-        results.append(RunResult(algo, task, index, *scores, *card_training(card)))
+        results += _evaluated_results(model_dir, task, index, config, evaluate)
     return results
 
 

@@ -42,7 +42,10 @@ def init_distributed(device: str) -> DistributedContext:
 
 
 def shutdown_distributed(context: DistributedContext) -> None:
+    """Leave the group together: rank 0 hosts the rendezvous store, so a rank that tears down
+    while another is still in its last collective makes gloo abort the straggler."""
     if context.enabled and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 

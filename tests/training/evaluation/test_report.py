@@ -14,7 +14,6 @@ from training.evaluation.report import (
     AVERAGE,
     RunResult,
     build_table,
-    card_scores,
     main,
     normalised_scores,
     render_markdown,
@@ -81,17 +80,6 @@ def test_normalised_scores_from_normalised_or_raw_results() -> None:
     assert normalised_scores({"episodes": 3}, card, 10.0) is None
 
 
-def test_card_scores_pick_the_evaluation_at_the_cost_limit() -> None:
-    rows = [
-        {"kappa": 10.0, "normalised_reward_mean": 50.0, "normalised_cost_mean": 0.5},
-        {"kappa": 20.0, "normalised_reward_mean": 70.0, "normalised_cost_mean": 0.6},
-    ]
-    assert card_scores({"evaluation": {"rows": rows}}, 20.0) == (70.0, 0.6)
-    assert card_scores({"evaluation": rows[0]}, 10.0) == (50.0, 0.5)
-    assert card_scores({"evaluation": rows[0]}, 40.0) is None
-    assert card_scores({"evaluation": None}, 10.0) is None
-
-
 def _fake_evaluate(calls: list[dict[str, Any]]) -> Any:
     def evaluate(
         model_dir: Path,
@@ -101,14 +89,21 @@ def _fake_evaluate(calls: list[dict[str, Any]]) -> Any:
         target_cost: float,
         deterministic: bool,
     ) -> dict[str, Any]:
-        assert deterministic  # one action convention in the table: the mean action
         card = json.loads((model_dir / "model.json").read_text())
-        calls.append({"algo": card["algo"], "episodes": episodes, "target_cost": target_cost})
-        safe = card["algo"] == "bc-safe"
+        calls.append(
+            {
+                "algo": card["algo"],
+                "episodes": episodes,
+                "target_cost": target_cost,
+                "mean": deterministic,
+            }
+        )
+        safe = card["algo"] in ("bc-safe", "cdt")
+        sampled_penalty = 0.0 if deterministic else 0.25
         return {
             "kappa": target_cost,
-            "normalised_reward_mean": 50.0 if safe else 90.0,
-            "normalised_cost_mean": 0.5 if safe else 2.0,
+            "normalised_reward_mean": (50.0 if safe else 90.0) + (0.0 if deterministic else 5.0),
+            "normalised_cost_mean": (0.5 if safe else 2.0) + sampled_penalty,
         }
 
     return evaluate
@@ -119,8 +114,17 @@ def test_main_runs_the_grid_and_writes_both_tables(tmp_path: Path) -> None:
     existing = tmp_path / "models" / "cdt-tiny"
     existing.mkdir(parents=True)
     card = {
-        "algo": "cdt",
+        "name": "cdt-tiny",
+        "version": "1",
         "task": "TinyTask-v0",
+        "observation_dim": 3,
+        "action_dim": 2,
+        "action_low": [-1.0, -2.0],
+        "action_high": [1.0, 2.0],
+        "context_len": 3,
+        "max_episode_len": 20,
+        "algo": "cdt",
+        "default_targets": [{"reward": 8.0, "cost": 4.0}],
         "dataset": {"reward_return_min": 0.0, "reward_return_max": 10.0},
         "evaluation": {"kappa": 4.0, "normalised_reward_mean": 80.0, "normalised_cost_mean": 0.75},
     }
@@ -135,13 +139,18 @@ def test_main_runs_the_grid_and_writes_both_tables(tmp_path: Path) -> None:
         "--train.action-low", "-1", "-2", "--train.action-high", "1", "2",
     ]  # fmt: skip
     main(argv, evaluate=_fake_evaluate(calls))
-    assert [call["algo"] for call in calls] == ["bc-safe", "bcq-lag"]  # cdt's card had scores
+    # The existing CDT is evaluated again (its card's scores may hold another action mode),
+    # with the mean action like every row and with sampled actions beside.
+    modes = [(call["algo"], call["mean"]) for call in calls]
+    assert modes == [("bc-safe", True), ("bcq-lag", True), ("cdt", True), ("cdt", False)]
     assert all(call["target_cost"] == 4.0 and call["episodes"] == 2 for call in calls)
+    assert not (existing / "report_evaluation.json").exists()  # nothing written beside a model
     assert (tmp_path / "grid" / "TinyTask" / "bcq-lag-s0" / "model.onnx").is_file()
     payload = json.loads((tmp_path / "reports" / "table1.json").read_text())
     assert payload["command"].startswith("cdt report --algorithms bc-safe bcq-lag")
     assert payload["compute"]["train_steps_per_run"] == 2
-    assert payload["table"]["cdt"]["TinyTask"]["cost"] == pytest.approx(0.75)
+    assert payload["table"]["cdt"]["TinyTask"]["cost"] == pytest.approx(0.5)
+    assert payload["table"]["cdt-sampled"]["TinyTask"]["cost"] == pytest.approx(0.75)
     assert payload["table"]["bc-safe"]["TinyTask"]["safe"] is True
     assert payload["table"]["bcq-lag"]["TinyTask"]["safe"] is False
     cards = [
@@ -152,7 +161,9 @@ def test_main_runs_the_grid_and_writes_both_tables(tmp_path: Path) -> None:
     assert payload["compute"]["train_seconds_total"] == pytest.approx(sum(seconds), abs=0.1)
     assert payload["compute"]["train_steps_by_algorithm"] == {"bc-safe": [2], "bcq-lag": [2]}
     markdown = (tmp_path / "reports" / "table1.md").read_text()
-    assert "| CDT | **80.0** ★ | **0.75** |" in markdown
+    assert "| CDT (sampled actions) | **55.0** | **0.75** |" in markdown  # shown, not ranked
+    assert "| CDT | **50.0** ★ | **0.50** |" in markdown  # ties with BC-Safe, broken by name
+    assert "Every row acts with the policy's mean action" in markdown
     assert "Gradient steps per training run: BC-Safe 2; BCQ-Lag 2." in markdown
     calls.clear()  # a rerun with --reuse trains and evaluates nothing again
     main([*argv, "--reuse"], evaluate=_fake_evaluate(calls))
@@ -173,11 +184,11 @@ def test_grid_trains_and_exports_the_sequence_models(tmp_path: Path) -> None:
     ]  # fmt: skip
     calls: list[dict[str, Any]] = []
     main(argv, evaluate=_fake_evaluate(calls))
-    assert [call["algo"] for call in calls] == ["cdt", "dt"]
+    assert [call["algo"] for call in calls] == ["cdt", "cdt", "dt"]
     for algo in ("cdt", "dt"):
         card_path = tmp_path / "grid" / "TinyTask" / f"{algo}-s0" / "model.json"
         card = json.loads(card_path.read_text())
         assert card["algo"] == algo and card["context_len"] == 3
         assert [target["cost"] for target in card["default_targets"]] == [4.0, 8.0, 16.0]
     table = json.loads((tmp_path / "reports" / "table1.json").read_text())["table"]
-    assert set(table) == {"cdt", "dt"}
+    assert set(table) == {"cdt", "cdt-sampled", "dt"}
