@@ -120,17 +120,37 @@ class SelectionRule:
     seeds scatter around the selection mean (CarRun: cost std ~6 per episode)."""
     max_share_over: float = 0.2
     """At most this fraction of episodes may exceed the budget, at every budget and mode."""
+    min_budget_use: float = 0.5
+    """At every budget above the tightest, mean cost must reach this share of it, in every mode:
+    a policy that keeps its tightest behaviour when the controller loosens the budget ignores
+    the controller (and leaves reward unclaimed)."""
 
-    def admissible(self, rows: Sequence[BudgetRow]) -> bool:
-        """Safe, with the margin, at every budget and action mode it was evaluated at."""
+    def safe(self, rows: Sequence[BudgetRow]) -> bool:
+        """Under every budget, with the margin, at every budget and action mode evaluated."""
         return bool(rows) and all(
             row.cost_mean <= self.cost_margin * row.target_cost
             and row.share_over_budget <= self.max_share_over
             for row in rows
         )
 
+    def budget_use(self, rows: Sequence[BudgetRow]) -> float:
+        """The smallest mean cost / budget over the budgets above the tightest (1 with one)."""
+        tightest = min((row.target_cost for row in rows), default=0.0)
+        loose = [row.cost_mean / row.target_cost for row in rows if row.target_cost > tightest]
+        return min(loose, default=1.0)
+
+    def admissible(self, rows: Sequence[BudgetRow]) -> bool:
+        """Safe everywhere and using the loose budgets it is given."""
+        return self.safe(rows) and self.budget_use(rows) >= self.min_budget_use
+
     def score(self, rows: Sequence[BudgetRow]) -> float:
-        """Admissible: mean normalised reward (0-100); otherwise minus the worst cost overshoot."""
+        """Ranks admissible > safe but idle at loose budgets > unsafe.
+
+        Admissible: mean normalised reward (0-100); safe but idle: -1 + its budget use (in
+        [-1, 0)); unsafe: -1 minus the worst cost overshoot (below -1).
+        """
         if self.admissible(rows):
             return float(np.mean([row.normalised_reward for row in rows]))
-        return -max(row.cost_mean / max(row.target_cost, 1e-8) for row in rows)
+        if self.safe(rows):
+            return -1.0 + self.budget_use(rows)
+        return -1.0 - max(row.cost_mean / max(row.target_cost, 1e-8) for row in rows)

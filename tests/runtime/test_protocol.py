@@ -54,6 +54,24 @@ def test_selection_rule_needs_safety_at_every_budget_and_mode() -> None:
     assert rule.score(safe) == pytest.approx(sum(r.normalised_reward for r in safe) / 2)
     over_at_40 = summarise(results(10.0, [8.0] * 5) + results(40.0, [39.0] * 5), (0.0, 600.0))
     assert not rule.admissible(over_at_40)  # 39 > 0.9 x 40
-    assert rule.score(over_at_40) == pytest.approx(-39.0 / 40.0)
+    assert rule.score(over_at_40) == pytest.approx(-1.0 - 39.0 / 40.0)
     too_many_over = summarise(results(10.0, [0.0, 0.0, 0.0, 11.0, 12.0]), (0.0, 600.0))
     assert not rule.admissible(too_many_over)  # mean 4.6 is fine, but 40 % went over
+
+
+def test_selection_rule_needs_the_loose_budgets_used() -> None:
+    rule = SelectionRule(cost_margin=0.9, max_share_over=0.2, min_budget_use=0.5)
+    idle = summarise(
+        results(10.0, [8.0] * 5) + results(20.0, [8.0] * 5) + results(40.0, [30.0] * 5),
+        (0.0, 600.0),
+    )
+    assert rule.safe(idle) and not rule.admissible(idle)  # 8 of 20 is 40 % use
+    assert rule.budget_use(idle) == pytest.approx(0.4)
+    assert rule.score(idle) == pytest.approx(-0.6)
+    used = summarise(
+        results(10.0, [8.0] * 5) + results(20.0, [12.0] * 5) + results(40.0, [30.0] * 5),
+        (0.0, 600.0),
+    )
+    unsafe = summarise(results(10.0, [8.0] * 5) + results(20.0, [19.0] * 5), (0.0, 600.0))
+    assert rule.score(used) > rule.score(idle) > rule.score(unsafe)
+    assert rule.budget_use(summarise(results(10.0, [1.0] * 5), (0.0, 600.0))) == 1.0

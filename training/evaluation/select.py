@@ -88,6 +88,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("run_dir", type=Path, help="run folder holding step_*.pt checkpoints")
     parser.add_argument("--cost-margin", type=float, default=SelectionRule.cost_margin)
     parser.add_argument("--max-share-over", type=float, default=SelectionRule.max_share_over)
+    parser.add_argument(
+        "--min-budget-use",
+        type=float,
+        default=SelectionRule.min_budget_use,
+        help="mean cost must reach this share of every budget above the tightest",
+    )
     parser.add_argument("--from-step", type=int, default=0, help="skip earlier checkpoints")
     parser.add_argument(
         "--budget-scales",
@@ -99,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not args.run_dir.is_dir():
         raise SystemExit(f"cdt select: {args.run_dir} is not a folder")
-    rule = SelectionRule(args.cost_margin, args.max_share_over)
+    rule = SelectionRule(args.cost_margin, args.max_share_over, args.min_budget_use)
     path, evaluation = select_best(args.run_dir, rule, args.from_step, tuple(args.budget_scales))
     verdict = "admissible" if evaluation["admissible"] else "NOT admissible (none was)"
     print(

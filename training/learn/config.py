@@ -141,6 +141,8 @@ class TrainConfig:
     scatter around the selection mean)."""
     selection_max_share_over: float = 0.2
     """best.pt may let at most this share of episodes exceed their budget."""
+    selection_min_budget_use: float = 0.5
+    """best.pt's mean cost must reach this share of every budget above the tightest."""
     log_every: int = 50
     """Write training scalars every this many steps."""
     checkpoint_every: int = 1_000

@@ -351,7 +351,11 @@ def _evaluate_and_keep_best(state: TrainState) -> None:
     improved = False
     if state.context.is_main:
         config = state.config
-        rule = SelectionRule(config.selection_cost_margin, config.selection_max_share_over)
+        rule = SelectionRule(
+            config.selection_cost_margin,
+            config.selection_max_share_over,
+            config.selection_min_budget_use,
+        )
         rows = evaluate(state)
         score = rule.score(rows)
         state.evaluation = selection_record(state.step, rows, rule)
