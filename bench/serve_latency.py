@@ -1,7 +1,7 @@
 """Per-step serving latency and throughput, next to the raw onnxruntime call for the same model.
 
     python bench/serve_latency.py                     # synthetic CDT-sized graph (needs `onnx`)
-    python bench/serve_latency.py --model-dir models/cdt-carrun-paper --compare-batching
+    python bench/serve_latency.py --model-dir models/cdt-carrun-paper --compare-inference
 
 Starts a real uvicorn server (`service.main:create_app --factory`) on 127.0.0.1 in a subprocess,
 drives it over websocket (`websockets`) and REST (a minimal keep-alive HTTP/1.1 client, so the
@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 from runtime.context import EpisodeContext, stack_windows
 from service.config import Settings
 from service.episodes import EpisodeService
+from service.inference import make_inference
 from service.metrics import Metrics
 from service.policy import ModelRepository, Policy
 from service.schemas import EpisodeCreate, StepRequest
@@ -214,20 +215,27 @@ def measure_raw(policy: Policy, calls: int, threads: int) -> Sample:
 
 
 def measure_in_process(models_dir: Path, card: Any, steps: int) -> Sample:
-    """`EpisodeService.step` called directly: the serving logic without network or threads."""
+    """`EpisodeService.step` awaited directly (`loop-batch`, in memory): the serving logic
+    without network or threads."""
     repository = ModelRepository(models_dir)
     repository.reload()
     store = InMemorySessionStore(ttl_s=600.0, max_episodes=10)
-    service = EpisodeService(repository, store, Metrics(), Settings.model_construct())
-    episode_id = service.start(EpisodeCreate.model_validate(start_body(card, 0))).episode_id
-    latencies: list[float] = []
-    started = time.perf_counter()
-    for t in range(1, steps + 1):
-        request = StepRequest.model_validate(step_body(card, t))
-        sent = time.perf_counter()
-        service.step(episode_id, request)
-        latencies.append(time.perf_counter() - sent)
-    return latencies, time.perf_counter() - started
+    settings, metrics = Settings.model_construct(), Metrics()
+    inference = make_inference(settings, store, repository, metrics)
+    service = EpisodeService(repository, store, metrics, settings, inference=inference)
+
+    async def episode() -> Sample:
+        started = await service.start(EpisodeCreate.model_validate(start_body(card, 0)))
+        latencies: list[float] = []
+        began = time.perf_counter()
+        for t in range(1, steps + 1):
+            request = StepRequest.model_validate(step_body(card, t))
+            sent = time.perf_counter()
+            await service.step(started.episode_id, request)
+            latencies.append(time.perf_counter() - sent)
+        return latencies, time.perf_counter() - began
+
+    return asyncio.run(episode())
 
 
 async def echo_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -245,19 +253,23 @@ async def echo_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 @contextlib.contextmanager
 def running_server(
     models_dir: Path,
-    batching: bool,
+    inference: str | None = None,
     app: str = "service.main:create_app",
     redis_url: str | None = None,
 ) -> Iterator[str]:
     """Run uvicorn in a subprocess on a free port; yields its URL once `/readyz` answers.
 
-    With `redis_url`, two workers share episodes through Redis (the scale-out path).
+    `inference` is `CDT_INFERENCE` (None: the default for the store). With `redis_url`, two
+    workers share episodes through Redis (the scale-out path).
     """
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "CDT_MODELS_DIR": str(models_dir), "CDT_BATCHING": str(batching).lower()}
-    env.pop("CDT_REDIS_URL", None)
+    env = {**os.environ, "CDT_MODELS_DIR": str(models_dir)}
+    for name in ("CDT_REDIS_URL", "CDT_INFERENCE"):
+        env.pop(name, None)
+    if inference is not None:
+        env["CDT_INFERENCE"] = inference
     command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
     command += ["--log-level", "warning"]
     if redis_url is not None:
@@ -431,7 +443,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=100, help="steps per round, 1 episode")
     parser.add_argument("--steps-concurrent", type=int, default=50, help="steps per episode at 64")
     parser.add_argument("--raw-calls", type=int, default=300, help="raw calls per round")
-    parser.add_argument("--compare-batching", action="store_true", help="also serve batched")
+    parser.add_argument(
+        "--compare-inference",
+        action="store_true",
+        help="also serve with CDT_INFERENCE=thread and thread-batch",
+    )
     parser.add_argument(
         "--redis-url",
         default="redis://127.0.0.1:6379/0",
@@ -449,13 +465,14 @@ def main(argv: list[str] | None = None) -> None:
             (IN_PROCESS, 1, functools.partial(measure_in_process, models_dir, card, args.steps)),
         ]
         steps = (args.steps, args.steps_concurrent)
-        echo_url = servers.enter_context(running_server(models_dir, False, ECHO_APP))
+        echo_url = servers.enter_context(running_server(models_dir, app=ECHO_APP))
         plan.append((ECHO, 1, as_job(websocket_echoes, echo_url, card, 1, args.steps)))
-        for batching in (False, True) if args.compare_batching else (False,):
-            url = servers.enter_context(running_server(models_dir, batching))
-            plan += plan_server(url, card, "thread batching" if batching else "default", steps)
+        compared = ("thread", "thread-batch") if args.compare_inference else ()
+        for inference in (None, *compared):
+            url = servers.enter_context(running_server(models_dir, inference))
+            plan += plan_server(url, card, inference or "default", steps)
         if args.redis_url:
-            url = servers.enter_context(running_server(models_dir, False, redis_url=args.redis_url))
+            url = servers.enter_context(running_server(models_dir, redis_url=args.redis_url))
             job = as_job(websocket_episodes, url, card, CONCURRENT, args.steps_concurrent)
             plan.append((SCALE_OUT, CONCURRENT, job))
         report(run_plan(plan, args.rounds))

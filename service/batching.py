@@ -1,15 +1,15 @@
 """Micro-batching: coalesce concurrent episodes' forward passes into one onnxruntime call.
 
-Two batchers, one per way the service runs episode calls (`EpisodeService.inline`):
+One batcher per inference strategy that batches (`Settings.inference`, `service.inference`):
 
-- `LoopBatcher`, always on for the inline path (in-memory store, the default): requests woken
-  in the same event-loop turn share one forward pass, and nothing waits for company. Measured
-  with bench/serve_latency.py on a 2 x 64 x 4 CDT (2-core CPU, load generator on the same cores):
+- `LoopBatcher` (`loop-batch`, the default with the in-memory store): requests woken in the same
+  event-loop turn share one forward pass, and nothing waits for company. Measured with
+  bench/serve_latency.py on a 2 x 64 x 4 CDT (2-core CPU, load generator on the same cores):
   64 websocket episodes went from ~1,300 to ~2,650 steps/s; one episode's p50 did not move.
-- `MicroBatcher`, opt-in (`Settings.batching`) for the threadpool path (Redis store, or
-  `inline_steps` off): a worker thread collects windows for up to `batch_max_wait_ms`. On the
-  2-core CPU it gained +11% to +26% steps/s at 64 episodes and cost +11% to +120% p50 latency at
-  one episode (CDT-sized graph, K=10, 3 layers, width 128), so it stays off by default.
+- `MicroBatcher` (`thread-batch`): a batcher thread collects the windows of calls running in
+  worker threads for up to `batch_max_wait_ms`. On the 2-core CPU it gained +11% to +26% steps/s
+  at 64 episodes and cost +11% to +120% p50 latency at one episode (CDT-sized graph, K=10,
+  3 layers, width 128), so the threaded default (`thread`, with Redis) does not batch.
 
 The graph is compute-bound on CPU (a batch of 32 costs ~40% less per window than single
 passes), so batching pays mostly by amortising per-call overhead and cache warm-up.
@@ -21,18 +21,17 @@ import asyncio
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import numpy.typing as npt
 
 from runtime.context import batch_windows
+from service.episode_state import Outputs, Window
 
-Window = Mapping[str, npt.NDArray[Any]]
-Outputs = tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]
 BatchPredict = Callable[[dict[str, npt.NDArray[Any]]], Outputs]
+"""`Policy.predict`: six batched inputs in, [B, action_dim] mean and log std out."""
 
 
 @dataclass

@@ -11,12 +11,13 @@ import argparse
 import logging
 import os
 from pathlib import Path
+from typing import get_args
 
 import uvicorn
 from pydantic import ValidationError
 
 from runtime.card import CARD_FILE
-from service.config import Settings
+from service.config import InferenceMode, Settings
 from service.protocol import GuardedHTTPProtocol
 
 
@@ -42,10 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--intra-op-threads", type=int, help="onnxruntime threads per pass")
     parser.add_argument(
-        "--batching",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="micro-batch concurrent forward passes (off by default: it did not pay on 2 cores)",
+        "--inference",
+        choices=get_args(InferenceMode),
+        help="where calls run and how forward passes are batched: loop-batch (event loop, "
+        "in-memory store only), thread, thread-batch (default: loop-batch, thread with Redis)",
     )
     parser.add_argument(
         "--header-timeout", type=float, help="seconds a connection has to send a request head"
@@ -71,7 +72,7 @@ def settings_environment(args: argparse.Namespace) -> dict[str, str]:
         "CDT_MAX_EPISODES": args.max_episodes,
         "CDT_API_TOKENS": ",".join(args.api_token) if args.api_token else None,
         "CDT_INTRA_OP_THREADS": args.intra_op_threads,
-        "CDT_BATCHING": None if args.batching is None else str(args.batching).lower(),
+        "CDT_INFERENCE": args.inference,
         "CDT_HTTP_HEADER_TIMEOUT_S": args.header_timeout,
         "CDT_HTTP_KEEP_ALIVE_S": args.keep_alive,
     }

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AliasChoices,
     Field,
     PositiveFloat,
     PositiveInt,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+InferenceMode = Literal["loop-batch", "thread", "thread-batch"]
+LOOP_NEEDS_MEMORY = (
+    "inference 'loop-batch' runs episode calls on the event loop and needs the in-memory store; "
+    "with a Redis session store use 'thread' or 'thread-batch'"
+)
 
 
 class Settings(BaseSettings):
@@ -72,18 +79,25 @@ class Settings(BaseSettings):
     about half the calls/s (spinning pool threads compete with the other requests)."""
     inter_op_threads: PositiveInt = 1
     """onnxruntime threads across independent graph branches (sequential executor: 1)."""
-    inline_steps: bool = True
-    """Run episode calls on the event loop when nothing in them can wait (in-memory store, no
-    thread micro-batching), batching the forward passes of each loop turn (`LoopBatcher`). A
-    thread hand-off cost ~0.1 ms a step against a ~0.25 ms forward pass on the 2-core CPU."""
-    batching: bool = False
-    """Thread micro-batching (`MicroBatcher`) for calls that run in the threadpool (Redis store,
-    or `inline_steps` off). Off by default: on the 2-core CPU it gained 11-26% throughput at 64
-    episodes but cost 11-120% p50 latency at 1. Inline calls are always batched per loop turn."""
+    inference: InferenceMode | None = None
+    """Where episode calls run and how their forward passes reach onnxruntime, chosen once at
+    start-up (`service.inference`):
+
+    - `loop-batch`: on the event loop; the forward passes of the requests woken in one loop turn
+      share one onnxruntime call, and nothing waits for company. Only with the in-memory store:
+      Redis calls block on the network and its episode lock is held across the forward pass, so
+      they must run in worker threads (refused with `redis_url`). A thread hand-off cost ~0.1 ms
+      a step against a ~0.25 ms forward pass on the 2-core CPU.
+    - `thread`: in a worker thread, one onnxruntime call per forward pass.
+    - `thread-batch`: in a worker thread; a batcher thread collects forward passes for up to
+      `batch_max_wait_ms`. On the 2-core CPU it gained 11-26% steps/s at 64 episodes but cost
+      11-120% p50 latency at one episode.
+
+    Unset: `loop-batch` with the in-memory store, `thread` with Redis."""
     batch_max_size: PositiveInt = 32
-    """Largest micro-batch (both batchers)."""
+    """Largest batch of forward passes (`loop-batch` and `thread-batch`)."""
     batch_max_wait_ms: float = Field(default=1.0, ge=0.0, le=100.0)
-    """How long the first request of a micro-batch waits for company."""
+    """How long the first forward pass of a `thread-batch` batch waits for company."""
 
     # connection guards: the HTTP timeouts are applied by `service.protocol.GuardedHTTPProtocol`
     # (`cdt serve`, or `uvicorn --http service.protocol:GuardedHTTPProtocol`)
@@ -95,12 +109,22 @@ class Settings(BaseSettings):
     `--timeout-keep-alive`)."""
     ws_max_invalid_frames: PositiveInt = 20
     """Consecutive invalid websocket frames (bad JSON, schema violations) before close 1008."""
+    not_ready_retry_after_s: PositiveInt = 5
+    """`Retry-After` of a 503 `/readyz` (no model, refused models, a failing store), unless the
+    Redis breaker's cool-down is longer."""
 
     @field_validator("api_tokens", "admin_tokens", mode="before")
     @classmethod
     def _split_tokens(cls, value: Any) -> Any:
         if isinstance(value, str):
             return frozenset(token.strip() for token in value.split(",") if token.strip())
+        return value
+
+    @field_validator("inference")
+    @classmethod
+    def _loop_needs_memory(cls, value: InferenceMode | None, info: ValidationInfo) -> Any:
+        if value == "loop-batch" and info.data.get("redis_url"):
+            raise ValueError(LOOP_NEEDS_MEMORY)
         return value
 
     @model_validator(mode="after")

@@ -129,6 +129,22 @@ class PolicyOutputError(ServiceError):
     code = "non_finite_action"
 
 
+RETRY_AFTER_HEADER: dict[str, Any] = {
+    "Retry-After": {
+        "description": "seconds to wait before trying again (a 409 carries it only for "
+        "episode_busy)",
+        "schema": {"type": "integer", "minimum": 1},
+    }
+}
+"""OpenAPI `headers` entry of the answers that may carry `Retry-After`."""
+RETRYABLE_STATUSES = frozenset({409, 429, 503})
+
+
 def error_responses(*status_codes: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses=` entries documenting `ErrorResponse` for these status codes."""
-    return {status: {"model": ErrorResponse} for status in status_codes}
+    """OpenAPI `responses=` entries documenting `ErrorResponse` (and `Retry-After`, where it
+    may come) for these status codes."""
+    return {
+        status: {"model": ErrorResponse}
+        | ({"headers": RETRY_AFTER_HEADER} if status in RETRYABLE_STATUSES else {})
+        for status in status_codes
+    }

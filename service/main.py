@@ -21,6 +21,7 @@ from service.config import Settings
 from service.deps import require_token
 from service.episodes import EpisodeService
 from service.errors import ServiceError, error_responses
+from service.inference import make_inference
 from service.metrics import Metrics
 from service.policy import ModelRepository
 from service.routes import episodes, health, models, stream
@@ -98,13 +99,14 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     store = app.state.injected_store or make_store(settings, metrics)
     store.on_evict = metrics.record_evictions
     metrics.track_active_episodes(lambda: _count_or_nan(store))
-    app.state.service = EpisodeService(repository, store, metrics, settings)
+    inference = make_inference(settings, store, repository, metrics)
+    app.state.service = EpisodeService(repository, store, metrics, settings, inference=inference)
     reload_on_sighup = _install_sighup(repository, metrics)
     try:
         yield
     finally:
         reload_on_sighup()
-        app.state.service.close()
+        inference.close()
         if app.state.injected_store is None:
             store.close()
 

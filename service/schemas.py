@@ -323,6 +323,11 @@ class StreamError(ErrorResponse):
 
     type: Literal["error"] = "error"
     status: int
+    retry_after: int | None = Field(
+        default=None,
+        description="seconds to wait before sending the frame again (the REST answer's "
+        "Retry-After: episode_busy, 429, 503); null when retrying cannot help",
+    )
     request_id: str | None = None
     episode_id: str | None = None
 

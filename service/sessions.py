@@ -10,7 +10,6 @@ replica) apply one after the other instead of failing.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import secrets
@@ -19,7 +18,6 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, Self
 
@@ -27,9 +25,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from runtime.context import EpisodeContext
 from service.breaker import CircuitBreaker
 from service.config import Settings
+from service.episode_state import EpisodeRecord
 from service.errors import (
     EpisodeGoneError,
     EpisodeNotFoundError,
@@ -42,41 +40,6 @@ from service.locks import ThreadLocks, episode_busy
 
 logger = logging.getLogger(__name__)
 EvictionHook = Callable[[int], None]
-
-
-@dataclass(frozen=True)
-class EpisodeRecord:
-    """Everything the service keeps about one episode."""
-
-    episode_id: str
-    model: str
-    model_version: str
-    deterministic: bool
-    seed: int
-    context: EpisodeContext
-    created_at: float
-    """Unix time the episode started."""
-    updated_at: float
-    """Unix time of the last write."""
-    revision: int = 0
-    """Incremented on every write."""
-    owner: str = ""
-    """The principal that started the episode (a token digest; "" when auth is off)."""
-
-    def to_json(self) -> str:
-        """Serialise for Redis (the context includes its generator state)."""
-        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
-        data["context"] = self.context.to_dict()
-        return json.dumps(data)
-
-    @classmethod
-    def from_json(cls, text: str) -> Self:
-        """Inverse of `to_json`."""
-        data: dict[str, Any] = json.loads(text)
-        data["context"] = EpisodeContext.from_dict(data["context"])
-        return cls(**data)
-
-
 Change = Callable[[EpisodeRecord], EpisodeRecord]
 """A mutation: the new record, or its argument itself when nothing is to be written."""
 
@@ -105,6 +68,10 @@ class SessionStore(Protocol):
 
     def ping(self) -> bool:
         """True when the store answers."""
+
+    def unavailable_for(self) -> float:
+        """Seconds the store keeps refusing calls without trying them (a tripped breaker); 0
+        when calls go through. `/readyz` sends it as `Retry-After`."""
 
     def close(self) -> None:
         """Release connections."""
@@ -221,6 +188,10 @@ class InMemorySessionStore:
     def ping(self) -> bool:
         """Always True."""
         return True
+
+    def unavailable_for(self) -> float:
+        """Always 0: nothing to wait for."""
+        return 0.0
 
     def close(self) -> None:
         """Nothing to release."""
@@ -501,6 +472,10 @@ class RedisSessionStore:
                 return bool(self._redis.ping())
         except StoreUnavailableError:
             return False
+
+    def unavailable_for(self) -> float:
+        """Seconds the tripped breaker keeps answering 503 without trying Redis; 0 when closed."""
+        return self._breaker.open_for()
 
     def close(self) -> None:
         """Close the connection pool."""

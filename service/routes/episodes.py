@@ -1,9 +1,8 @@
 """REST routes of one episode's life: start, step, budget change, state, end.
 
-The routes are `async` and run the episode work through `EpisodeService` (`start_async`,
-`step_async`, `run`): on the event loop when it cannot wait on anything, else in the threadpool.
-A sync route would cost a thread hand-off always (two, since FastAPI also validates a sync
-route's return value in the threadpool).
+The routes are `async` and await `EpisodeService`, whose inference strategy runs the work on the
+event loop or in the threadpool (`Settings.inference`). A sync route would cost a thread hand-off
+always (two, since FastAPI also validates a sync route's return value in the threadpool).
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ EpisodeIdPath = Annotated[
 async def create_episode(body: EpisodeCreate, service: EpisodeServiceDep) -> StepResponse:
     """Start an episode with its first observation and targets; returns the first action."""
     with service.timed("rest", "start"):
-        return await service.start_async(body)
+        return await service.start(body)
 
 
 @router.post("/{episode_id}/step", responses=BODY_ERRORS | error_responses(409))
@@ -45,7 +44,7 @@ async def step_episode(
 ) -> StepResponse:
     """Report the env's reward, cost and next observation; returns the next action."""
     with service.timed("rest", "step"):
-        return await service.step_async(episode_id, body)
+        return await service.step(episode_id, body)
 
 
 @router.patch("/{episode_id}/budget", responses=BODY_ERRORS | error_responses(409))
@@ -53,16 +52,16 @@ async def update_budget(
     episode_id: EpisodeIdPath, body: BudgetUpdate, service: EpisodeServiceDep
 ) -> EpisodePublic:
     """Change the cost limit or reward target mid-episode (zero-shot threshold change)."""
-    return await service.run(service.update_budget, episode_id, body)
+    return await service.update_budget(episode_id, body)
 
 
 @router.get("/{episode_id}", responses=error_responses(409))
 async def get_episode(episode_id: EpisodeIdPath, service: EpisodeServiceDep) -> EpisodePublic:
     """State and totals of a live episode."""
-    return await service.run(service.describe, episode_id)
+    return await service.describe(episode_id)
 
 
 @router.delete("/{episode_id}", responses=error_responses(409))
 async def end_episode(episode_id: EpisodeIdPath, service: EpisodeServiceDep) -> EpisodeSummary:
     """End an episode; returns its steps, total reward and total cost."""
-    return await service.run(service.end, episode_id)
+    return await service.end(episode_id)

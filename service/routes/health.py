@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
+from service.config import Settings
 from service.deps import EpisodeServiceDep, MetricsDep
+from service.errors import RETRY_AFTER_HEADER
 from service.policy import describe_refused
 from service.schemas import HealthStatus, ReloadFailure
 
@@ -19,7 +23,7 @@ async def livez() -> HealthStatus:
     return HealthStatus(status="ok")
 
 
-@router.get("/readyz", responses={503: {"model": HealthStatus}})
+@router.get("/readyz", responses={503: {"model": HealthStatus, "headers": RETRY_AFTER_HEADER}})
 async def readyz(service: EpisodeServiceDep, response: Response) -> HealthStatus:
     """Models are loaded, the last reload refused none, and the session store answers."""
     models = len(service.repository)
@@ -29,6 +33,10 @@ async def readyz(service: EpisodeServiceDep, response: Response) -> HealthStatus
     if not problems:
         return HealthStatus(status="ok", models=models)
     response.status_code = 503
+    models_ok = bool(models) and not refused
+    store_wait_s = service.store.unavailable_for()  # after the ping, which may trip the breaker
+    wait_s = not_ready_retry_after(models_ok, store_wait_s, service.settings)
+    response.headers["Retry-After"] = str(wait_s)
     detail = "; ".join(problems)
     return HealthStatus(status="unavailable", models=models, detail=detail, refused=refused)
 
@@ -45,6 +53,19 @@ def readiness_problems(models: int, refused: list[ReloadFailure], store_ok: bool
     if not store_ok:
         problems.append("session store unavailable")
     return problems
+
+
+def not_ready_retry_after(models_ok: bool, store_wait_s: float, settings: Settings) -> int:
+    """`Retry-After` of a 503 `/readyz`, in seconds.
+
+    The Redis breaker's remaining cool-down when the store is all that is wrong and the breaker
+    is open (readiness cannot return sooner); otherwise `not_ready_retry_after_s`, or that
+    cool-down when it is longer.
+    """
+    store_wait = math.ceil(store_wait_s)
+    if models_ok and store_wait > 0:
+        return store_wait
+    return max(settings.not_ready_retry_after_s, store_wait)
 
 
 @router.get("/metrics", include_in_schema=False)

@@ -3,11 +3,12 @@
 Inbound frames are `StreamMessage`s (`start`, `step`, `budget`, `end`), answered in order by
 `action`, `state`, `ended` or `error` frames that echo the frame's `request_id`.
 
-Every frame that fails gets an `error` frame carrying the REST status and echoing the frame's
-`request_id` and `episode_id` when they can be read, and the socket stays open: it may carry
-other episodes. That holds for a frame that is not a valid `StreamMessage` (bad JSON, unknown
-type, a field out of range) and for a well-formed frame the service refuses (unknown or ended
-episode, wrong observation length, 429...). Close codes: 1008 for a handshake without a valid
+Every frame that fails gets an `error` frame carrying the REST status (and, for a retryable
+refusal, the REST answer's `Retry-After` as `retry_after`) and echoing the frame's `request_id`
+and `episode_id` when they can be read, and the socket stays open: it may carry other episodes.
+That holds for a frame that is not a valid `StreamMessage` (bad JSON, unknown type, a field out
+of range) and for a well-formed frame the service refuses (unknown or ended episode, wrong
+observation length, 429...). Close codes: 1008 for a handshake without a valid
 token, and after `ws_max_invalid_frames` invalid frames in a row (a client that only sends
 garbage; refusals do not count: they answer for one episode, not for a broken client); 1009 for
 a frame over the size limit; 1011 for an internal error.
@@ -107,6 +108,7 @@ async def handle_frame(frame: str | bytes, service: EpisodeService) -> tuple[Bas
     except ServiceError as refused:
         service.metrics.errors.labels(refused.code).inc()
         error = _error(refused.status_code, refused.code, refused.detail, refused.field)
+        error.retry_after = refused.retry_after  # the REST answer's Retry-After
         error.request_id = message.request_id
         error.episode_id = getattr(message, "episode_id", None)
         return error, False
@@ -132,16 +134,16 @@ async def dispatch(message: Inbound, service: EpisodeService) -> BaseModel:
     request_id = message.request_id
     if isinstance(message, StreamStart):
         with service.timed("ws", "start"):
-            started = await service.start_async(message)
+            started = await service.start(message)
         return StreamAction.model_construct(**dict(started), request_id=request_id)
     if isinstance(message, StreamStep):
         with service.timed("ws", "step"):
-            stepped = await service.step_async(message.episode_id, message)
+            stepped = await service.step(message.episode_id, message)
         return StreamAction.model_construct(**dict(stepped), request_id=request_id)
     if isinstance(message, StreamBudget):
-        state = await service.run(service.update_budget, message.episode_id, message)
+        state = await service.update_budget(message.episode_id, message)
         return StreamState.model_construct(**dict(state), request_id=request_id)
-    ended = await service.run(service.end, message.episode_id)
+    ended = await service.end(message.episode_id)
     return StreamEnded.model_construct(**dict(ended), request_id=request_id)
 
 

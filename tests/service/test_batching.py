@@ -48,11 +48,14 @@ def test_micro_batcher_hands_errors_to_every_waiting_request() -> None:
     batcher.close()
 
 
-def test_batching_on_serves_the_same_actions_as_off(settings: Settings) -> None:
+@pytest.mark.parametrize("mode", ["loop-batch", "thread-batch"])
+def test_batched_inference_serves_the_same_actions_as_unbatched(
+    settings: Settings, mode: str
+) -> None:
     body = {"model": "toy", "target_reward": 5.0, "target_cost": 10.0, "observation": [1, 2, 3]}
     actions = []
-    for batching in (False, True):
-        with TestClient(create_app(settings.model_copy(update={"batching": batching}))) as client:
+    for inference in ("thread", mode):
+        with TestClient(create_app(settings.model_copy(update={"inference": inference}))) as client:
             started = client.post("/v1/episodes", json=body | {"seed": 8}).json()
             path = f"/v1/episodes/{started['episode_id']}/step"
             stepped = client.post(path, json={"observation": [3, 2, 1], "reward": 1, "cost": 1})

@@ -45,13 +45,13 @@ def refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_settings_environment_maps_given_options_to_cdt_variables() -> None:
-    options = ["--models-dir", "m", "--api-token", "a", "--api-token", "b", "--no-batching"]
+    options = ["--models-dir", "m", "--api-token", "a", "--api-token", "b", "--inference", "thread"]
     args = build_parser().parse_args([*options, "--header-timeout", "2.5"])
     env = settings_environment(args)
     assert env == {
         "CDT_MODELS_DIR": "m",
         "CDT_API_TOKENS": "a,b",
-        "CDT_BATCHING": "false",
+        "CDT_INFERENCE": "thread",
         "CDT_HTTP_HEADER_TIMEOUT_S": "2.5",
     }
 
@@ -69,7 +69,7 @@ def test_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_settings_defaults_serve_models_in_memory() -> None:
     settings = Settings(_env_file=None)
-    assert settings.models_dir == Path("models") and not settings.batching
+    assert settings.models_dir == Path("models") and settings.inference is None
 
 
 def test_serve_several_workers_without_redis_exits_2(
@@ -116,3 +116,12 @@ def test_serve_runs_uvicorn_with_the_guarded_protocol(
     (call,) = served
     assert call["http"] is GuardedHTTPProtocol and call["factory"]
     assert os.environ["CDT_HTTP_KEEP_ALIVE_S"] == "3.0"
+
+
+def test_serve_loop_batch_with_redis_exits_2_naming_the_setting(
+    served: list[dict[str, Any]], capsys: pytest.CaptureFixture[str], models_dir: Path
+) -> None:
+    options = ["--models-dir", str(models_dir), "--redis-url", "redis://127.0.0.1:6379/0"]
+    line = refusal([*options, "--inference", "loop-batch"], capsys)
+    assert line.startswith("cdt serve: invalid CDT_INFERENCE: ") and "in-memory store" in line
+    assert not served

@@ -11,16 +11,19 @@ from typing import Any
 
 import httpx
 import numpy as np
-import numpy.typing as npt
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from service.batching import Outputs
 from service.config import Settings
-from service.episodes import EpisodeService
+from service.episode_state import Outputs
+from service.inference import (
+    LoopInference,
+    PendingAction,
+    ThreadBatchInference,
+    ThreadInference,
+)
 from service.main import create_app
-from service.policy import Policy
 from service.sessions import InMemorySessionStore
 from tests.service.clock import FakeClock
 
@@ -284,25 +287,19 @@ def test_get_episode_reports_state_and_totals(client: TestClient) -> None:
     assert state["expires_at"] > state["created_at"]
 
 
-def test_inline_and_threaded_calls_serve_the_same_episode(settings: Settings) -> None:
+def test_every_inference_mode_serves_the_same_episode(settings: Settings) -> None:
     runs = []
-    for inline_steps in (True, False):
-        app = create_app(settings.model_copy(update={"inline_steps": inline_steps}))
+    for mode in ("loop-batch", "thread", "thread-batch"):
+        app = create_app(settings.model_copy(update={"inference": mode}))
         with TestClient(app) as client:
-            assert app.state.service.inline is inline_steps
             actions = run(client, seed=11)
             with client.websocket_connect("/v1/stream") as ws:
                 frame = {"type": "start", "model": "toy", "target_reward": 50.0, "seed": 11}
                 ws.send_json(frame | {"target_cost": 10.0, "observation": OBSERVATION})
                 streamed = ws.receive_json()["action"]
             runs.append((actions, streamed))
-    assert runs[0] == runs[1]
+    assert runs[0] == runs[1] == runs[2]
     assert runs[0][1] == runs[0][0][0]
-
-
-def test_calls_leave_the_event_loop_when_they_may_wait(settings: Settings) -> None:
-    with TestClient(create_app(settings.model_copy(update={"batching": True}))) as client:
-        assert client.app.state.service.inline is False  # type: ignore[attr-defined]
 
 
 def test_concurrent_steps_share_forward_passes_and_keep_their_own_actions(
@@ -339,21 +336,22 @@ def test_concurrent_steps_share_forward_passes_and_keep_their_own_actions(
 # ---- concurrent requests on one episode ---------------------------------------------------------
 
 AppsFactory = Callable[..., list[FastAPI]]
-Window = dict[str, npt.NDArray[Any]]
 
 
-@pytest.fixture(params=["inline", "threads", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=["loop-batch", "thread", "thread-batch", pytest.param("redis", marks=pytest.mark.redis)]
+)
 def make_apps(request: pytest.FixtureRequest, settings: Settings) -> AppsFactory:
-    """The apps of one way of serving: calls on the event loop, in worker threads, or two
-    replicas over one Redis (then requests on one episode go to different replicas)."""
+    """The apps of one way of serving: each inference mode in memory, or two replicas over one
+    Redis (then requests on one episode go to different replicas)."""
 
     def make(**overrides: Any) -> list[FastAPI]:
         if request.param == "redis":
             redis_settings: Settings = request.getfixturevalue("redis_settings")
             shared = redis_settings.model_copy(update=overrides)
             return [create_app(shared), create_app(shared)]
-        inline = {"inline_steps": request.param == "inline"}
-        app = create_app(settings.model_copy(update=inline | overrides))
+        mode = {"inference": request.param}
+        app = create_app(settings.model_copy(update=mode | overrides))
         return [app, app]
 
     return make
@@ -380,20 +378,24 @@ class ForwardGate:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.entered, self.opened = threading.Event(), threading.Event()
         self.opened.set()
-        forward, forward_async = EpisodeService._forward, EpisodeService._forward_async
+        for threaded in (ThreadInference, ThreadBatchInference):
+            monkeypatch.setattr(threaded, "forward", self._held(threaded.forward))
+        forward_on_loop = LoopInference.forward
 
-        def held(service: EpisodeService, policy: Policy, window: Window) -> Outputs:
-            self.entered.set()
-            self.opened.wait(5)
-            return forward(service, policy, window)
-
-        async def held_async(service: EpisodeService, policy: Policy, window: Window) -> Outputs:
+        async def held_on_loop(inference: LoopInference, pending: PendingAction) -> Outputs:
             self.entered.set()
             await asyncio.to_thread(self.opened.wait, 5)
-            return await forward_async(service, policy, window)
+            return await forward_on_loop(inference, pending)
 
-        monkeypatch.setattr(EpisodeService, "_forward", held)
-        monkeypatch.setattr(EpisodeService, "_forward_async", held_async)
+        monkeypatch.setattr(LoopInference, "forward", held_on_loop)
+
+    def _held(self, forward: Callable[[Any, PendingAction], Outputs]) -> Any:
+        def held(inference: ThreadInference, pending: PendingAction) -> Outputs:
+            self.entered.set()
+            self.opened.wait(5)
+            return forward(inference, pending)
+
+        return held
 
     def close(self) -> None:
         self.entered.clear()

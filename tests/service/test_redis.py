@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.config import Settings
+from service.inference import ThreadInference
 from service.main import create_app
 
 pytestmark = pytest.mark.redis
@@ -41,7 +42,8 @@ def test_redis_episode_alternating_instances_matches_one_instance(
         TestClient(create_app(redis_settings)) as first,
         TestClient(create_app(redis_settings)) as second,
     ):
-        assert first.app.state.service.inline is False  # type: ignore[attr-defined]  # Redis waits
+        inference = first.app.state.service.inference  # type: ignore[attr-defined]
+        assert type(inference) is ThreadInference  # Redis waits: calls go to worker threads
         assert run_on([first, second]) == run_on([first])
 
 

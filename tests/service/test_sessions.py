@@ -13,6 +13,7 @@ import pytest
 
 from runtime.context import EpisodeContext
 from service.breaker import CircuitBreaker
+from service.episode_state import EpisodeRecord
 from service.errors import (
     EpisodeBusyError,
     EpisodeGoneError,
@@ -21,7 +22,7 @@ from service.errors import (
     StoreUnavailableError,
     TooManyEpisodesError,
 )
-from service.sessions import EpisodeRecord, InMemorySessionStore, RedisSessionStore, SessionStore
+from service.sessions import InMemorySessionStore, RedisSessionStore, SessionStore
 from tests.service.clock import FakeClock
 from tests.service.toy_policy import REDIS_URL
 

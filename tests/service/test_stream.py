@@ -10,6 +10,15 @@ from fastapi.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from service.config import Settings
+from service.episodes import EpisodeService
+from service.errors import (
+    EpisodeNotFoundError,
+    ServiceError,
+    StepOutOfOrderError,
+    StoreUnavailableError,
+    TooManyEpisodesError,
+)
+from service.locks import episode_busy
 from service.main import create_app
 
 OBSERVATION = [0.1, -0.2, 0.3]
@@ -21,6 +30,7 @@ START = {
     "observation": OBSERVATION,
     "seed": 4,
 }
+REST_START = {name: value for name, value in START.items() if name != "type"}
 
 
 def test_stream_runs_an_episode_from_start_to_end(client: TestClient) -> None:
@@ -177,3 +187,56 @@ def test_stream_internal_error_closes_1011(client: TestClient, monkeypatch: Any)
         with pytest.raises(WebSocketDisconnect) as closed:
             ws.receive_json()
         assert closed.value.code == 1011
+
+
+@pytest.mark.parametrize(
+    ("refusal", "retry_after"),
+    [
+        (episode_busy("e1", 2.0), 1),
+        (TooManyEpisodesError("full"), 1),
+        (StoreUnavailableError("breaker open", retry_after=7), 7),
+        (EpisodeNotFoundError("no episode", "episode_id"), None),
+        (StepOutOfOrderError("expected step 2", "step"), None),
+    ],
+)
+def test_stream_error_frame_carries_retry_after_only_when_retrying_helps(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, refusal: ServiceError, retry_after: Any
+) -> None:
+    async def refuse(*_: Any) -> Any:
+        raise refusal
+
+    monkeypatch.setattr(EpisodeService, "end", refuse)
+    with client.websocket_connect("/v1/stream") as ws:
+        ws.send_json({"type": "end", "episode_id": "e1"})
+        error = ws.receive_json()
+    assert (error["type"], error["code"]) == ("error", refusal.code)
+    assert "retry_after" in error and error["retry_after"] == retry_after
+
+
+def test_stream_quota_error_frame_has_the_rest_retry_after(settings: Settings) -> None:
+    quota = {"api_tokens": frozenset({"a"}), "max_episodes_per_token": 1}
+    headers = {"Authorization": "Bearer a"}
+    with TestClient(create_app(settings.model_copy(update=quota))) as client:
+        with client.websocket_connect("/v1/stream", headers=headers) as ws:
+            ws.send_json(START)
+            assert ws.receive_json()["type"] == "action"
+            ws.send_json(START)
+            error = ws.receive_json()
+        rest = client.post("/v1/episodes", json=REST_START, headers=headers)
+    assert (error["status"], error["code"]) == (429, "episode_quota_exceeded")
+    assert rest.status_code == 429 and error["retry_after"] == int(rest.headers["retry-after"])
+
+
+def test_stream_store_unavailable_frame_has_the_breaker_cooldown(settings: Settings) -> None:
+    down = {"redis_url": "redis://127.0.0.1:1/0", "redis_breaker_failures": 1}
+    down |= {"redis_breaker_cooldown_s": 30.0}
+    with TestClient(create_app(settings.model_copy(update=down))) as client:
+        with client.websocket_connect("/v1/stream") as ws:
+            errors = []
+            for _ in range(2):  # the first failure trips the breaker, the second meets it
+                ws.send_json(START)
+                errors.append(ws.receive_json())
+        rest = client.post("/v1/episodes", json=REST_START)
+    assert [error["status"] for error in errors] == [503, 503]
+    assert errors[0]["retry_after"] == 1 and errors[1]["retry_after"] == 30
+    assert rest.headers["retry-after"] == "30"

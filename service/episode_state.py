@@ -1,0 +1,220 @@
+"""An episode's state (`EpisodeRecord`) and its transitions, as pure functions.
+
+No I/O, no onnxruntime, no store: `EpisodeService` reads and writes the records and
+`service.inference` runs the forward passes; everything here takes what it needs as arguments
+(the clock too), so each transition can be tested alone. Transitions never change their input:
+they return a new record around a copied context, so a request that fails halfway leaves the
+stored episode exactly as it was.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Self
+
+import numpy as np
+import numpy.typing as npt
+
+from runtime.card import ModelCard
+from runtime.context import EpisodeContext, sample_action
+from service.errors import InvalidInputError, PolicyOutputError, StepOutOfOrderError
+from service.schemas import (
+    BudgetUpdate,
+    EpisodeCreate,
+    EpisodePublic,
+    EpisodeSummary,
+    StepRequest,
+    StepResponse,
+)
+
+Window = Mapping[str, npt.NDArray[Any]]
+"""One episode's six ONNX inputs without a batch axis (`EpisodeContext.window`)."""
+Outputs = tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]
+"""The model's `action_mean` and `action_log_std`: [action_dim] each for one window."""
+ActionBounds = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]
+
+
+@dataclass(frozen=True)
+class EpisodeRecord:
+    """Everything the service keeps about one episode."""
+
+    episode_id: str
+    model: str
+    model_version: str
+    deterministic: bool
+    seed: int
+    context: EpisodeContext
+    created_at: float
+    """Unix time the episode started."""
+    updated_at: float
+    """Unix time of the last write."""
+    revision: int = 0
+    """Incremented on every write."""
+    owner: str = ""
+    """The principal that started the episode (a token digest; "" when auth is off)."""
+
+    def to_json(self) -> str:
+        """Serialise for Redis (the context includes its generator state)."""
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        data["context"] = self.context.to_dict()
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        """Inverse of `to_json`."""
+        data: dict[str, Any] = json.loads(text)
+        data["context"] = EpisodeContext.from_dict(data["context"])
+        return cls(**data)
+
+
+def check_observation(observation: Sequence[float], card: ModelCard) -> None:
+    """Raise `InvalidInputError` unless `observation` has the model's observation size."""
+    expected = card.observation_dim
+    if len(observation) != expected:
+        detail = f"observation has {len(observation)} values, model {card.name} needs {expected}"
+        raise InvalidInputError(detail, "observation")
+
+
+def open_episode(
+    request: EpisodeCreate,
+    card: ModelCard,
+    *,
+    episode_id: str,
+    seed: int,
+    owner: str,
+    now: float,
+) -> EpisodeRecord:
+    """The record of a new episode on `card`'s model; its step 0 still needs an action."""
+    check_observation(request.observation, card)
+    context = EpisodeContext.start(
+        request.observation,
+        request.target_reward,
+        request.target_cost,
+        context_len=card.context_len,
+        action_dim=card.action_dim,
+        seed=seed,
+    )
+    return EpisodeRecord(
+        episode_id=episode_id,
+        model=card.name,
+        model_version=card.version,
+        deterministic=request.deterministic,
+        seed=seed,
+        context=context,
+        created_at=now,
+        updated_at=now,
+        owner=owner,
+    )
+
+
+def is_retry(record: EpisodeRecord, request: StepRequest) -> bool:
+    """True when `request` repeats the last step (answered with its recorded action).
+
+    Raises `StepOutOfOrderError` when its step index is neither that nor the next one.
+    """
+    current = record.context.step
+    if request.step is None or request.step == current + 1:
+        return False
+    if request.step == current:
+        return True
+    detail = f"expected step {current + 1} (or {current} to retry), got {request.step}"
+    raise StepOutOfOrderError(detail, "step")
+
+
+def advance(context: EpisodeContext, request: StepRequest, card: ModelCard) -> EpisodeContext:
+    """A copy of `context` after the env's reward, cost and observation; it needs an action."""
+    check_observation(request.observation, card)
+    advanced = context.copy()
+    advanced.advance(request.reward, request.cost, request.observation)
+    return advanced
+
+
+def act(
+    context: EpisodeContext, outputs: Outputs, bounds: ActionBounds, deterministic: bool
+) -> None:
+    """Record the action the model's outputs give for the newest step of `context`.
+
+    Consumes the context's generator unless `deterministic`; raises `PolicyOutputError` on a
+    non-finite output (the caller's copy is then dropped).
+    """
+    mean, log_std = outputs
+    if not (np.isfinite(mean).all() and np.isfinite(log_std).all()):
+        raise PolicyOutputError("the model produced a non-finite action for these inputs")
+    low, high = bounds
+    context.record_action(sample_action(mean, log_std, context.rng, low, high, deterministic))
+
+
+def next_revision(record: EpisodeRecord, context: EpisodeContext, *, now: float) -> EpisodeRecord:
+    """`record` holding `context`, written at `now`."""
+    return replace(record, context=context, updated_at=now, revision=record.revision + 1)
+
+
+def rebudget(record: EpisodeRecord, request: BudgetUpdate, *, now: float) -> EpisodeRecord:
+    """`record` with the budgets `request` sets; the cost-to-go window is rewritten with them."""
+    context = record.context.copy()
+    context.set_budget(
+        cost_limit=request.cost_limit,
+        remaining_cost=request.remaining_cost,
+        target_reward=request.target_reward,
+        remaining_reward=request.remaining_reward,
+    )
+    return next_revision(record, context, now=now)
+
+
+def step_response(record: EpisodeRecord, card: ModelCard) -> StepResponse:
+    """The answer to a start or step: the newest action and the budgets it was chosen under."""
+    context = record.context
+    return StepResponse(
+        episode_id=record.episode_id,
+        action=context.last_action.tolist(),
+        step=context.step,
+        remaining_reward=context.remaining_reward,
+        remaining_cost=context.remaining_cost,
+        budget_exhausted=context.budget_exhausted,
+        model=record.model,
+        model_version=record.model_version,
+        warnings=card.budget_warnings(context.target_cost),
+    )
+
+
+def episode_public(
+    record: EpisodeRecord, card: ModelCard | None, *, expires_at: float
+) -> EpisodePublic:
+    """State and totals of a live episode; no budget warnings once its model is gone (None)."""
+    context = record.context
+    return EpisodePublic(
+        episode_id=record.episode_id,
+        model=record.model,
+        model_version=record.model_version,
+        step=context.step,
+        target_reward=context.target_reward,
+        target_cost=context.target_cost,
+        remaining_reward=context.remaining_reward,
+        remaining_cost=context.remaining_cost,
+        total_reward=context.total_reward,
+        total_cost=context.total_cost,
+        budget_exhausted=context.budget_exhausted,
+        deterministic=record.deterministic,
+        seed=record.seed,
+        created_at=record.created_at,
+        expires_at=expires_at,
+        warnings=card.budget_warnings(context.target_cost) if card is not None else [],
+    )
+
+
+def episode_summary(record: EpisodeRecord) -> EpisodeSummary:
+    """Summary of an ended episode (its last record)."""
+    context = record.context
+    return EpisodeSummary(
+        episode_id=record.episode_id,
+        model=record.model,
+        model_version=record.model_version,
+        steps=context.step + 1,
+        total_reward=context.total_reward,
+        total_cost=context.total_cost,
+        remaining_reward=context.remaining_reward,
+        remaining_cost=context.remaining_cost,
+        budget_exhausted=context.budget_exhausted,
+    )
