@@ -1,8 +1,10 @@
 """Typed Python client for the policy service's API v1 (httpx; sync and async).
 
 One method per route, each returning a `service.schemas` model; every non-2xx answer raises a
-`PolicyClientError` subclass. The only retry is the idempotent one: `step(..., step=t)` is retried
-on transport errors and 502/503/504, since the service answers a repeated step with the same action:
+`PolicyClientError` subclass. Retries follow `clients.retry.RetryPolicy`: a refusal with the
+service's `Retry-After` (409 `episode_busy`, 429; 503 only for a numbered step) is sent again after
+the time it names, and a numbered step `step(..., step=t)` also after a transport error or a
+502/503/504, since the service answers a repeated step with the same action:
 `with PolicyClient(url) as client: client.step(episode_id, observation, reward, cost, step=t)`.
 """
 
@@ -18,6 +20,7 @@ from urllib.parse import quote
 import httpx
 import pydantic
 
+from clients.retry import RetryPolicy, parse_retry_after
 from service.schemas import (
     BudgetUpdate,
     EpisodeCreate,
@@ -33,8 +36,6 @@ from service.schemas import (
 )
 
 DEFAULT_URL = "http://127.0.0.1:8000"
-RETRYABLE_STATUS = frozenset({502, 503, 504})
-RETRY_BACKOFF_S = 0.05
 ResponseT = TypeVar("ResponseT", bound=pydantic.BaseModel)
 HttpT = TypeVar("HttpT", httpx.Client, httpx.AsyncClient)
 Observation = Iterable[SupportsFloat]
@@ -42,7 +43,8 @@ Outcome = httpx.Response | httpx.TransportError
 
 
 class PolicyClientError(Exception):
-    """Base of the client's errors; carries the service's status, error code and field."""
+    """Base of the client's errors; carries the service's status, error code and field, and
+    `retry_after`: the seconds the service asked to wait before retrying (None: no hint)."""
 
     def __init__(
         self,
@@ -51,9 +53,11 @@ class PolicyClientError(Exception):
         status_code: int | None = None,
         code: str | None = None,
         field: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(f"{status_code} {code}: {detail}" if status_code else detail)
         self.detail, self.status_code, self.code, self.field = detail, status_code, code, field
+        self.retry_after = retry_after
 
 
 class ServiceUnreachableError(PolicyClientError):
@@ -105,32 +109,42 @@ _ERRORS_BY_STATUS: dict[int, type[PolicyClientError]] = {
 
 
 def error_for_status(
-    status_code: int, detail: str, code: str | None = None, field: str | None = None
+    status_code: int,
+    detail: str,
+    code: str | None = None,
+    field: str | None = None,
+    retry_after: float | None = None,
 ) -> PolicyClientError:
     """The `PolicyClientError` subclass for an HTTP status (also used for websocket errors)."""
     fallback = ServerError if status_code >= 500 else PolicyClientError
     error_type = _ERRORS_BY_STATUS.get(status_code, fallback)
-    return error_type(detail, status_code=status_code, code=code, field=field)
+    return error_type(
+        detail, status_code=status_code, code=code, field=field, retry_after=retry_after
+    )
 
 
 def error_from_response(response: httpx.Response) -> PolicyClientError:
     """Build the error for a non-2xx response, from its `ErrorResponse` body when it has one."""
+    status = response.status_code
+    retry_after = parse_retry_after(response.headers.get("Retry-After"))
     try:
         body = ErrorResponse.model_validate_json(response.content)
     except pydantic.ValidationError:
-        return error_for_status(response.status_code, response.text[:500] or response.reason_phrase)
-    return error_for_status(response.status_code, body.detail, body.code, body.field)
+        detail = response.text[:500] or response.reason_phrase
+        return error_for_status(status, detail, retry_after=retry_after)
+    return error_for_status(status, body.detail, body.code, body.field, retry_after)
 
 
 @dataclass(frozen=True)
 class _Call(Generic[ResponseT]):
-    """One API call: method, path, JSON body, the type of the answer, whether to retry."""
+    """One API call: method, path, JSON body, the type of the answer, whether it is repeatable
+    (safe to send again even if a lost attempt went through: a numbered step)."""
 
     method: str
     path: str
     response_type: type[ResponseT]
     body: dict[str, Any] | None = None
-    idempotent_retry: bool = False
+    repeatable: bool = False
     ok_statuses: frozenset[int] = frozenset({200, 201})
 
 
@@ -163,7 +177,7 @@ def _step_call(
     values = [float(value) for value in observation]
     body = _body(lambda: StepRequest(observation=values, reward=reward, cost=cost, step=step))
     path = _episode_path(episode_id, "/step")
-    return _Call("POST", path, StepResponse, body, idempotent_retry=step is not None)
+    return _Call("POST", path, StepResponse, body, repeatable=step is not None)
 
 
 def _budget_call(episode_id: str, *budgets: float | None) -> _Call[EpisodePublic]:
@@ -185,8 +199,8 @@ class _ClientBase(Generic[HttpT]):
         base_url: the service, e.g. `http://127.0.0.1:8000`.
         token: bearer token, when the service requires one.
         timeout: seconds (or an `httpx.Timeout`) for connect, read, write and pool.
-        step_retries: extra attempts of an idempotent `step(..., step=t)`, after pauses of
-            `retry_backoff_s` (0.05 s) doubling each time.
+        retry: which calls are sent again, how often and after how long (default
+            `RetryPolicy()`: 2 retries, server hints up to 5 s).
         http_client: an existing httpx client to use (not closed by this client).
     """
 
@@ -196,12 +210,11 @@ class _ClientBase(Generic[HttpT]):
         *,
         token: str | None = None,
         timeout: float | httpx.Timeout = 10.0,
-        step_retries: int = 2,
+        retry: RetryPolicy | None = None,
         http_client: HttpT | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.step_retries = step_retries
-        self.retry_backoff_s = RETRY_BACKOFF_S
+        self.retry = retry if retry is not None else RetryPolicy()
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._owns_http = http_client is None
         self._http: HttpT = http_client if http_client is not None else self._new_http(timeout)
@@ -213,19 +226,22 @@ class _ClientBase(Generic[HttpT]):
         url = self.base_url + call.path
         return self._http.build_request(call.method, url, json=call.body, headers=self._headers)
 
-    def _answer(self, call: _Call[ResponseT], attempt: int, outcome: Outcome) -> ResponseT | None:
-        """The parsed answer, or None to try again; raises once the call failed for good."""
-        last = attempt >= (self.step_retries if call.idempotent_retry else 0)
+    def _answer(self, call: _Call[ResponseT], attempt: int, outcome: Outcome) -> ResponseT | float:
+        """The parsed answer, or the seconds to wait before sending `call` again (attempt
+        `attempt`, 0 first, failed); raises once the call failed for good."""
         if isinstance(outcome, httpx.TransportError):
-            if last:
+            wait = self.retry.after_failure(attempt, call.repeatable)
+            if wait is None:
                 detail = f"{call.method} {call.path}: {outcome!r}"
                 raise ServiceUnreachableError(detail) from outcome
-            return None
-        if not last and outcome.status_code in RETRYABLE_STATUS:
-            return None
-        if outcome.status_code not in call.ok_statuses:
+            return wait
+        if outcome.status_code in call.ok_statuses:
+            return call.response_type.model_validate_json(outcome.content)
+        hint = parse_retry_after(outcome.headers.get("Retry-After"))
+        wait = self.retry.after_refusal(attempt, outcome.status_code, hint, call.repeatable)
+        if wait is None:
             raise error_from_response(outcome)
-        return call.response_type.model_validate_json(outcome.content)
+        return wait
 
 
 class PolicyClient(_ClientBase[httpx.Client]):
@@ -252,9 +268,10 @@ class PolicyClient(_ClientBase[httpx.Client]):
                 outcome: Outcome = self._http.send(self._build(call))
             except httpx.TransportError as error:
                 outcome = error
-            if (answer := self._answer(call, attempt, outcome)) is not None:
+            answer = self._answer(call, attempt, outcome)
+            if not isinstance(answer, float):
                 return answer
-            time.sleep(self.retry_backoff_s * 2**attempt)
+            time.sleep(answer)
             attempt += 1
 
     def list_models(self) -> list[ModelPublic]:
@@ -284,7 +301,8 @@ class PolicyClient(_ClientBase[httpx.Client]):
         *,
         step: int | None = None,
     ) -> StepResponse:
-        """`POST /v1/episodes/{id}/step`; with `step` (this observation's index) it is retried."""
+        """`POST /v1/episodes/{id}/step`; with `step` (this observation's index) it is
+        repeatable, so it is also retried when no answer came back."""
         return self._send(_step_call(episode_id, observation, reward, cost, step))
 
     def update_budget(
@@ -341,9 +359,10 @@ class AsyncPolicyClient(_ClientBase[httpx.AsyncClient]):
                 outcome: Outcome = await self._http.send(self._build(call))
             except httpx.TransportError as error:
                 outcome = error
-            if (answer := self._answer(call, attempt, outcome)) is not None:
+            answer = self._answer(call, attempt, outcome)
+            if not isinstance(answer, float):
                 return answer
-            await asyncio.sleep(self.retry_backoff_s * 2**attempt)
+            await asyncio.sleep(answer)
             attempt += 1
 
     async def list_models(self) -> list[ModelPublic]:
@@ -373,7 +392,8 @@ class AsyncPolicyClient(_ClientBase[httpx.AsyncClient]):
         *,
         step: int | None = None,
     ) -> StepResponse:
-        """`POST /v1/episodes/{id}/step`; with `step` (this observation's index) it is retried."""
+        """`POST /v1/episodes/{id}/step`; with `step` (this observation's index) it is
+        repeatable, so it is also retried when no answer came back."""
         return await self._send(_step_call(episode_id, observation, reward, cost, step))
 
     async def update_budget(

@@ -6,7 +6,9 @@
         summary = await stream.end(reply.episode_id)
 
 Each call sends one frame with a fresh `request_id` and awaits the reply carrying it, so several
-tasks may share one socket. Refusals raise the same `PolicyClientError` subclasses as the REST
+tasks may share one socket. A refusal whose `error` frame carries `retry_after` is sent again
+after that many seconds as `clients.retry.RetryPolicy` allows (409 `episode_busy`, 429; 503 only
+for a numbered step). Other refusals raise the same `PolicyClientError` subclasses as the REST
 client; a closed socket raises `StreamClosedError` with the close code (1008 bad frame or token,
 1009 frame too big, 1011 server error).
 """
@@ -31,6 +33,7 @@ from clients.client import (
     ServiceUnreachableError,
     error_for_status,
 )
+from clients.retry import RetryPolicy
 from service.schemas import (
     EpisodePublic,
     EpisodeSummary,
@@ -67,9 +70,12 @@ def stream_url(base_url: str) -> str:
 class StreamClient:
     """Request/reply calls over one open websocket; create it with `connect_stream`."""
 
-    def __init__(self, connection: ClientConnection, reply_timeout: float) -> None:
+    def __init__(
+        self, connection: ClientConnection, reply_timeout: float, retry: RetryPolicy
+    ) -> None:
         self._connection = connection
         self._reply_timeout = reply_timeout
+        self._retry = retry
         self._pending: dict[str, asyncio.Future[Reply]] = {}
         self._request_ids = (str(number) for number in itertools.count(1))
         self._last_error: StreamError | None = None
@@ -110,7 +116,9 @@ class StreamClient:
         *,
         step: int | None = None,
     ) -> StepResponse:
-        """`step`: report the env's reward, cost and next observation; returns the next action."""
+        """`step`: report the env's reward, cost and next observation; returns the next action.
+
+        With `step` (this observation's index) it is repeatable: retried after a 503 too."""
         values = [float(value) for value in observation]
         return await self._call(
             lambda request_id: StreamStep(
@@ -123,6 +131,7 @@ class StreamClient:
                 step=step,
             ),
             StepResponse,
+            repeatable=step is not None,
         )
 
     async def update_budget(
@@ -162,9 +171,31 @@ class StreamClient:
             await self._reader
 
     async def _call(
-        self, build: Callable[[str], pydantic.BaseModel], reply_type: type[ReplyT]
+        self,
+        build: Callable[[str], pydantic.BaseModel],
+        reply_type: type[ReplyT],
+        *,
+        repeatable: bool = False,
     ) -> ReplyT:
-        """Send the frame `build(request_id)` and await the reply carrying that id."""
+        """Send the frame `build(request_id)` and return the reply carrying that id, sending it
+        again (with a new id) while the service refuses it with a retry hint and `self._retry`
+        allows; `repeatable`: safe to send again even if the refused attempt was applied."""
+        for attempt in itertools.count():
+            reply = await self._exchange(build)
+            if not isinstance(reply, StreamError):
+                break
+            wait = self._retry.after_refusal(attempt, reply.status, reply.retry_after, repeatable)
+            if wait is None:
+                raise error_for_status(
+                    reply.status, reply.detail, reply.code, reply.field, reply.retry_after
+                )
+            await asyncio.sleep(wait)
+        if not isinstance(reply, reply_type):
+            raise PolicyClientError(f"unexpected {type(reply).__name__} reply")
+        return reply
+
+    async def _exchange(self, build: Callable[[str], pydantic.BaseModel]) -> Reply:
+        """Send the frame `build(request_id)` once and await the reply carrying that id."""
         request_id = next(self._request_ids)
         try:
             message = build(request_id)  # validated here, before anything is sent
@@ -182,10 +213,6 @@ class StreamClient:
             raise self._closed_error() from closed
         finally:
             self._pending.pop(request_id, None)
-        if isinstance(reply, StreamError):
-            raise error_for_status(reply.status, reply.detail, reply.code, reply.field)
-        if not isinstance(reply, reply_type):
-            raise PolicyClientError(f"unexpected {type(reply).__name__} reply to {request_id}")
         return reply
 
     async def _read_replies(self) -> None:
@@ -220,6 +247,7 @@ async def connect_stream(
     token: str | None = None,
     open_timeout: float = 10.0,
     reply_timeout: float = 10.0,
+    retry: RetryPolicy | None = None,
 ) -> AsyncIterator[StreamClient]:
     """Open `WS /v1/stream` and yield a `StreamClient`; the socket closes on exit.
 
@@ -228,6 +256,7 @@ async def connect_stream(
         token: bearer token, when the service requires one.
         open_timeout: seconds to connect.
         reply_timeout: seconds to wait for each reply.
+        retry: which refused frames are sent again, how often (default `RetryPolicy()`).
     """
     headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
@@ -236,7 +265,7 @@ async def connect_stream(
         )
     except (OSError, TimeoutError) as error:
         raise ServiceUnreachableError(f"cannot open {stream_url(base_url)}: {error!r}") from error
-    client = StreamClient(connection, reply_timeout)
+    client = StreamClient(connection, reply_timeout, retry if retry is not None else RetryPolicy())
     try:
         yield client
     finally:

@@ -9,7 +9,7 @@ stored episode exactly as it was.
 
 from __future__ import annotations
 
-import json
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Self
@@ -19,7 +19,12 @@ import numpy.typing as npt
 
 from runtime.card import ModelCard
 from runtime.context import EpisodeContext, sample_action
-from service.errors import InvalidInputError, PolicyOutputError, StepOutOfOrderError
+from service.errors import (
+    InvalidInputError,
+    PolicyOutputError,
+    RecordFormatError,
+    StepOutOfOrderError,
+)
 from service.schemas import (
     BudgetUpdate,
     EpisodeCreate,
@@ -55,18 +60,59 @@ class EpisodeRecord:
     owner: str = ""
     """The principal that started the episode (a token digest; "" when auth is off)."""
 
-    def to_json(self) -> str:
-        """Serialise for Redis (the context includes its generator state)."""
-        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
-        data["context"] = self.context.to_dict()
-        return json.dumps(data)
+    def to_bytes(self) -> bytes:
+        """Serialise for Redis: the `RECORD_FORMAT` byte, `_RECORD` fields, the four strings
+        (each length-prefixed), then `EpisodeContext.to_bytes` (generator state included)."""
+        fields = _RECORD.pack(
+            *(RECORD_FORMAT, self.deterministic, self.seed, self.revision),
+            *(self.created_at, self.updated_at),
+        )
+        texts = (self.episode_id, self.model, self.model_version, self.owner)
+        encoded = [text.encode() for text in texts]
+        prefixed = b"".join(_LENGTH.pack(len(text)) + text for text in encoded)
+        return fields + prefixed + self.context.to_bytes()
 
     @classmethod
-    def from_json(cls, text: str) -> Self:
-        """Inverse of `to_json`."""
-        data: dict[str, Any] = json.loads(text)
-        data["context"] = EpisodeContext.from_dict(data["context"])
-        return cls(**data)
+    def from_bytes(cls, data: bytes) -> Self:
+        """Inverse of `to_bytes`; raises `RecordFormatError` for another format version or a
+        damaged record, so replicas of different versions sharing a store fail clearly."""
+        if not data or data[0] != RECORD_FORMAT:
+            raise RecordFormatError(
+                f"episode record in format {data[0] if data else 'none'}; this replica reads "
+                f"format {RECORD_FORMAT} (do replicas of different versions share the store?)"
+            )
+        try:
+            _, deterministic, seed, revision, created_at, updated_at = _RECORD.unpack_from(data)
+            offset, texts = _RECORD.size, []
+            for _ in range(4):  # episode_id, model, model_version, owner
+                (length,) = _LENGTH.unpack_from(data, offset)
+                offset += _LENGTH.size
+                texts.append(data[offset : offset + length].decode())
+                offset += length
+            context = EpisodeContext.from_bytes(data[offset:])
+        except (struct.error, ValueError) as error:
+            raise RecordFormatError(f"damaged episode record: {error}") from error
+        episode_id, model, model_version, owner = texts
+        return cls(
+            episode_id=episode_id,
+            model=model,
+            model_version=model_version,
+            deterministic=deterministic,
+            seed=seed,
+            context=context,
+            created_at=created_at,
+            updated_at=updated_at,
+            revision=revision,
+            owner=owner,
+        )
+
+
+RECORD_FORMAT = 1
+"""Version of `EpisodeRecord.to_bytes`; bump it whenever its layout (or the context's) changes."""
+_RECORD = struct.Struct("<B?QQdd")
+"""format, deterministic, seed, revision, created_at, updated_at. Little-endian."""
+_LENGTH = struct.Struct("<H")
+"""Byte length of each string field (ids, names and digests are far shorter than 64 KiB)."""
 
 
 def check_observation(observation: Sequence[float], card: ModelCard) -> None:

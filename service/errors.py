@@ -115,6 +115,14 @@ class StoreUnavailableError(ServiceError):
     retry_after = 1
 
 
+class RecordFormatError(ServiceError):
+    """A stored episode record this replica cannot read: written by a replica of another
+    version (another record format) or corrupted (500); the episode is left as it is."""
+
+    status_code = 500
+    code = "record_format"
+
+
 class ModelError(ServiceError):
     """onnxruntime failed on this episode's window (500); nothing was changed."""
 

@@ -70,11 +70,14 @@ class LoopLocks:
         lock, users = self._locks.get(key) or (asyncio.Lock(), 0)
         self._locks[key] = (lock, users + 1)
         try:
-            try:
-                async with asyncio.timeout(wait_s):
-                    await lock.acquire()
-            except TimeoutError:
-                raise episode_busy(key, wait_s) from None
+            if users:  # held or awaited: wait in line, at most wait_s
+                try:
+                    async with asyncio.timeout(wait_s):
+                        await lock.acquire()
+                except TimeoutError:
+                    raise episode_busy(key, wait_s) from None
+            else:  # a new lock: taken at once, without the timer a timeout schedules
+                await lock.acquire()
             try:
                 yield
             finally:

@@ -305,9 +305,14 @@ _LOCK_POLL_S = (0.001, 0.02)
 """First and longest pause between tries of a lock another replica holds."""
 
 
-def _missing(episode_id: str, owner: str, tombstone: str | None) -> ServiceError:
+def _text(reply: bytes | None) -> str:
+    """A Redis string reply as text ("" for none)."""
+    return reply.decode() if reply else ""
+
+
+def _missing(episode_id: str, owner: str, tombstone: str) -> ServiceError:
     """410 when `owner`'s episode ended or expired, 404 otherwise (others' tombstones too)."""
-    reason, _, ended_owner = (tombstone or "").partition(":")
+    reason, _, ended_owner = tombstone.partition(":")
     if reason and ended_owner == owner:
         return _gone(episode_id, reason)
     return _not_found(episode_id)
@@ -346,8 +351,7 @@ class RedisSessionStore:
         self.on_evict = on_evict
         self._breaker = breaker if breaker is not None else CircuitBreaker(3, 2.0)
         self._redis = redis.Redis.from_url(
-            url,
-            decode_responses=True,
+            url,  # replies stay bytes: records are binary (`EpisodeRecord.to_bytes`)
             socket_timeout=socket_timeout_s,
             socket_connect_timeout=connect_timeout_s,
             retry=Retry(NoBackoff(), 0),  # redis-py retries 3 times by default: 4 timeouts
@@ -388,12 +392,12 @@ class RedisSessionStore:
             f"{prefix}:lock:{episode_id}",
         ]
 
-    def _write_args(self, record: EpisodeRecord) -> list[str | int]:
+    def _write_args(self, record: EpisodeRecord) -> list[bytes | str | int]:
         ttl_ms = int(self.ttl_s * 1000)
         known_ms = ttl_ms + int(self.ended_ttl_s * 1000)
         now_ms = int(time.time() * 1000)
         return [
-            *(record.to_json(), record.revision, now_ms, ttl_ms, known_ms),
+            *(record.to_bytes(), record.revision, now_ms, ttl_ms, known_ms),
             *(record.episode_id, record.owner),
         ]
 
@@ -419,9 +423,9 @@ class RedisSessionStore:
             pipeline.hmget(episode_key, ["data", "owner"])
             pipeline.get(known_key)
             (data, stored_owner), tombstone = pipeline.execute()
-        if data is not None and (stored_owner or "") == owner:
-            return EpisodeRecord.from_json(data)
-        raise _missing(episode_id, owner, tombstone)
+        if data is not None and _text(stored_owner) == owner:
+            return EpisodeRecord.from_bytes(data)
+        raise _missing(episode_id, owner, _text(tombstone))
 
     def mutate(self, episode_id: str, owner: str, change: Change) -> EpisodeRecord:
         """Run `change` on the episode under its lock, store its answer and return it.
@@ -435,7 +439,7 @@ class RedisSessionStore:
             acquire = partial(self._acquire, keys=keys, args=args)
             data = self._locked(acquire, episode_id, owner, deadline)
             try:
-                current = EpisodeRecord.from_json(data)
+                current = EpisodeRecord.from_bytes(data)
                 updated = change(current)
             except BaseException:
                 self._unlock(keys, token)
@@ -454,7 +458,7 @@ class RedisSessionStore:
         with self._episode_locks.hold(episode_id, self.lock_wait_s):
             delete = partial(self._delete, keys=keys, args=args)
             data = self._locked(delete, episode_id, owner, deadline)
-        return EpisodeRecord.from_json(data)
+        return EpisodeRecord.from_bytes(data)
 
     def count(self) -> int:
         """Live episodes (expired ones are swept first)."""
@@ -483,7 +487,7 @@ class RedisSessionStore:
 
     def _locked(
         self, attempt: Callable[[], Any], episode_id: str, owner: str, deadline: float
-    ) -> str:
+    ) -> bytes:
         """Run a lock-respecting script until no other request holds the episode; its data.
 
         Raises 404 or 410 when `owner` has no such episode, `EpisodeBusyError` when the lock is
@@ -494,9 +498,9 @@ class RedisSessionStore:
             with self._guarded():
                 outcome, value = attempt()
             if int(outcome) == 1:
-                return str(value)
+                return bytes(value)
             if int(outcome) < 0:
-                raise _missing(episode_id, owner, value or None)
+                raise _missing(episode_id, owner, _text(value))
             if time.monotonic() + pause > deadline:
                 raise episode_busy(episode_id, self.lock_wait_s)
             time.sleep(pause)

@@ -131,20 +131,21 @@ def frame_ids(frame: str | bytes) -> tuple[str | None, str | None]:
 
 async def dispatch(message: Inbound, service: EpisodeService) -> BaseModel:
     """Run one validated frame against the episode service."""
+    # validating the reply's fields costs a third of `model_construct(**dict(answer))`
     request_id = message.request_id
     if isinstance(message, StreamStart):
         with service.timed("ws", "start"):
             started = await service.start(message)
-        return StreamAction.model_construct(**dict(started), request_id=request_id)
+        return StreamAction(**vars(started), request_id=request_id)
     if isinstance(message, StreamStep):
         with service.timed("ws", "step"):
             stepped = await service.step(message.episode_id, message)
-        return StreamAction.model_construct(**dict(stepped), request_id=request_id)
+        return StreamAction(**vars(stepped), request_id=request_id)
     if isinstance(message, StreamBudget):
         state = await service.update_budget(message.episode_id, message)
-        return StreamState.model_construct(**dict(state), request_id=request_id)
+        return StreamState(**vars(state), request_id=request_id)
     ended = await service.end(message.episode_id)
-    return StreamEnded.model_construct(**dict(ended), request_id=request_id)
+    return StreamEnded(**vars(ended), request_id=request_id)
 
 
 def describe_validation_error(

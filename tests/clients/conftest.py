@@ -45,3 +45,10 @@ def live_url(client_settings: Settings) -> Iterator[str]:
 def secured_url(client_settings: Settings) -> Iterator[str]:
     """A real server that requires the bearer token `TOKEN`."""
     yield from serve_in_thread(client_settings.model_copy(update={"api_tokens": {TOKEN}}))
+
+
+@pytest.fixture(scope="module")
+def quota_url(client_settings: Settings) -> Iterator[str]:
+    """A real server that holds one live episode per token (`TOKEN`): a second start gets 429."""
+    quota = {"api_tokens": {TOKEN}, "max_episodes_per_token": 1}
+    yield from serve_in_thread(client_settings.model_copy(update=quota))

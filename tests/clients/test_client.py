@@ -20,14 +20,18 @@ from clients.client import (
     TooManyEpisodesError,
     error_for_status,
 )
+from clients.retry import RetryPolicy
 from service.schemas import EpisodePublic, StepResponse
 from tests.clients.live_server import TOKEN
 
 OBSERVATION = [0.1, -0.2, 0.3]
 
 
-def make_client(app_client: TestClient, step_retries: int = 2) -> PolicyClient:
-    return PolicyClient("http://testserver", http_client=app_client, step_retries=step_retries)
+NO_BACKOFF = RetryPolicy(backoff_s=0.0)
+
+
+def make_client(app_client: TestClient) -> PolicyClient:
+    return PolicyClient("http://testserver", http_client=app_client)
 
 
 class LosesFirstReply(httpx.BaseTransport):
@@ -43,6 +47,40 @@ class LosesFirstReply(httpx.BaseTransport):
             raise httpx.ReadTimeout("reply lost", request=request)
         status = self.status if self.calls == 1 and self.status else response.status_code
         return httpx.Response(status, headers=response.headers, content=response.content)
+
+
+class RefusesFirst(httpx.BaseTransport):
+    """Answers the first `times` requests itself with a refusal (never reaching the app), then
+    delivers every request to the app."""
+
+    def __init__(
+        self, app_client: TestClient, status: int, code: str, retry_after: str | None, times: int
+    ) -> None:
+        self.app_client, self.status, self.code, self.times = app_client, status, code, times
+        self.headers = {"Retry-After": retry_after} if retry_after is not None else {}
+        self.calls = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.calls += 1
+        if self.calls > self.times:
+            response = self.app_client.send(request)
+            return httpx.Response(response.status_code, content=response.content)
+        body = {"code": self.code, "detail": "refused", "field": None}
+        return httpx.Response(self.status, headers=self.headers, json=body)
+
+
+@pytest.fixture
+def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The pauses the sync client takes between attempts (recorded, not slept)."""
+    slept: list[float] = []
+    monkeypatch.setattr("clients.client.time.sleep", slept.append)
+    return slept
+
+
+def refusing_client(transport: RefusesFirst, retry: RetryPolicy | None = None) -> PolicyClient:
+    return PolicyClient(
+        "http://testserver", http_client=httpx.Client(transport=transport), retry=retry
+    )
 
 
 def test_client_runs_an_episode_with_typed_replies(app_client: TestClient) -> None:
@@ -108,9 +146,8 @@ def test_client_step_retry_after_a_lost_reply_returns_the_same_action(
         transport = LosesFirstReply(app_client)
         with (
             httpx.Client(transport=transport) as http,
-            PolicyClient("http://testserver", http_client=http) as flaky,
+            PolicyClient("http://testserver", http_client=http, retry=NO_BACKOFF) as flaky,
         ):
-            flaky.retry_backoff_s = 0.0
             stepped = flaky.step(started.episode_id, OBSERVATION, 1.0, 1.0, step=1)
         assert transport.calls == 2
         state = client.get_episode(started.episode_id)
@@ -124,9 +161,8 @@ def test_client_step_without_index_is_never_retried(app_client: TestClient) -> N
         transport = LosesFirstReply(app_client)
         with (
             httpx.Client(transport=transport) as http,
-            PolicyClient("http://testserver", http_client=http) as flaky,
+            PolicyClient("http://testserver", http_client=http, retry=NO_BACKOFF) as flaky,
         ):
-            flaky.retry_backoff_s = 0.0
             with pytest.raises(ServiceUnreachableError):
                 if call == "step":
                     flaky.step("abc", OBSERVATION, 1.0, 1.0)
@@ -141,9 +177,8 @@ def test_client_step_retries_a_503(app_client: TestClient) -> None:
     transport = LosesFirstReply(app_client, status=503)
     with (
         httpx.Client(transport=transport) as http,
-        PolicyClient("http://testserver", http_client=http) as flaky,
+        PolicyClient("http://testserver", http_client=http, retry=NO_BACKOFF) as flaky,
     ):
-        flaky.retry_backoff_s = 0.0
         assert flaky.step(started.episode_id, OBSERVATION, 0.0, 0.0, step=1).step == 1
     assert transport.calls == 2
 
@@ -190,3 +225,77 @@ def test_sync_and_async_clients_give_the_same_actions(
     with make_client(app_client) as client:
         sync_action = client.create_episode("toy", 5.0, 1.0, OBSERVATION, seed=5).action
     assert asyncio.run(run_async()) == sync_action
+
+
+@pytest.mark.parametrize(("status", "code"), [(409, "episode_busy"), (429, "too_many_episodes")])
+def test_client_retries_a_refusal_that_changed_nothing_after_its_retry_after(
+    app_client: TestClient, waits: list[float], status: int, code: str
+) -> None:
+    transport = RefusesFirst(app_client, status, code, "1", times=2)
+    with refusing_client(transport) as client:
+        started = client.create_episode("toy", 50.0, 10.0, OBSERVATION)
+    assert started.step == 0 and transport.calls == 3 and waits == [1.0, 1.0]
+
+
+def test_client_retries_a_503_only_for_a_numbered_step(
+    app_client: TestClient, waits: list[float]
+) -> None:
+    with make_client(app_client) as client:
+        episode_id = client.create_episode("toy", 50.0, 10.0, OBSERVATION).episode_id
+    unnumbered = RefusesFirst(app_client, 503, "store_unavailable", "2", times=1)
+    with refusing_client(unnumbered) as client, pytest.raises(ServerError) as refused:
+        client.step(episode_id, OBSERVATION, 1.0, 1.0)  # it may have gone through: not resent
+    assert unnumbered.calls == 1 and refused.value.retry_after == 2.0 and waits == []
+    numbered = RefusesFirst(app_client, 503, "store_unavailable", "2", times=1)
+    with refusing_client(numbered) as client:
+        assert client.step(episode_id, OBSERVATION, 1.0, 1.0, step=1).step == 1
+    assert numbered.calls == 2 and waits == [2.0]
+
+
+def test_client_does_not_retry_without_a_hint_or_past_the_longest_wait(
+    app_client: TestClient, waits: list[float]
+) -> None:
+    out_of_order = RefusesFirst(app_client, 409, "step_out_of_order", None, times=1)
+    with refusing_client(out_of_order) as client, pytest.raises(ConflictError):
+        client.step("abc", OBSERVATION, 1.0, 1.0, step=3)
+    too_long = RefusesFirst(app_client, 429, "too_many_episodes", "30", times=1)
+    with refusing_client(too_long) as client, pytest.raises(TooManyEpisodesError) as refused:
+        client.create_episode("toy", 50.0, 10.0, OBSERVATION)
+    assert (out_of_order.calls, too_long.calls, waits) == (1, 1, [])
+    assert refused.value.retry_after == 30.0  # left to the caller
+
+
+def test_client_gives_up_after_its_retries(app_client: TestClient, waits: list[float]) -> None:
+    transport = RefusesFirst(app_client, 409, "episode_busy", "1", times=10)
+    with (
+        refusing_client(transport, RetryPolicy(retries=3)) as client,
+        pytest.raises(ConflictError) as refused,
+    ):
+        client.update_budget("abc", cost_limit=1.0)
+    assert transport.calls == 4 and waits == [1.0] * 3
+    assert (refused.value.code, refused.value.retry_after) == ("episode_busy", 1.0)
+
+
+@pytest.mark.anyio
+async def test_async_client_waits_the_retry_after_of_a_busy_episode(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    answer = {"episode_id": "e", "action": [0.5], "step": 1, "remaining_reward": 1.0}
+    answer |= {
+        "remaining_cost": 1.0,
+        "budget_exhausted": False,
+        "model": "toy",
+        "model_version": "1",
+    }
+    replies = [httpx.Response(409, headers={"Retry-After": "1"}, json={"code": "episode_busy"})]
+    replies.append(httpx.Response(200, json=answer))
+    transport = httpx.MockTransport(lambda request: replies.pop(0))
+    slept: list[float] = []
+
+    async def record(seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr("clients.client.asyncio.sleep", record)
+    async with AsyncPolicyClient(http_client=httpx.AsyncClient(transport=transport)) as client:
+        assert (await client.step("e", OBSERVATION, 0.0, 0.0)).action == [0.5]
+    assert slept == [1.0] and not replies

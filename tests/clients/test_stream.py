@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import time
+from typing import Any, cast
 
 import pytest
 
 from clients.client import (
+    ConflictError,
     EpisodeGoneError,
     InvalidRequestError,
     NotFoundError,
     PolicyClient,
+    ServerError,
     ServiceUnreachableError,
 )
-from clients.stream import StreamClosedError, connect_stream, stream_url
+from clients.retry import RetryPolicy
+from clients.stream import StreamClient, StreamClosedError, connect_stream, stream_url
 from tests.clients.live_server import TOKEN
 
 pytestmark = pytest.mark.anyio
@@ -92,3 +98,96 @@ def test_stream_url_derives_the_websocket_address() -> None:
     assert stream_url("http://h:1/") == "ws://h:1/v1/stream"
     assert stream_url("https://h") == "wss://h/v1/stream"
     assert stream_url("ws://h/v1/stream") == "ws://h/v1/stream"
+
+
+class ScriptedSocket:
+    """Stands in for a websocket connection: answers each frame with the next scripted reply."""
+
+    close_code: int | None = None
+    close_reason: str | None = None
+
+    def __init__(self, replies: list[dict[str, Any]]) -> None:
+        self.replies, self.sent = replies, []
+        self.inbox: asyncio.Queue[str | None] = asyncio.Queue()
+
+    async def send(self, text: str) -> None:
+        frame = json.loads(text)
+        self.sent.append(frame)
+        reply = self.replies.pop(0) | {"request_id": frame["request_id"]}
+        await self.inbox.put(json.dumps(reply))
+
+    def __aiter__(self) -> ScriptedSocket:
+        return self
+
+    async def __anext__(self) -> str:
+        if (text := await self.inbox.get()) is None:
+            raise StopAsyncIteration
+        return text
+
+    async def close(self) -> None:
+        await self.inbox.put(None)
+
+
+def refusal(status: int, code: str, retry_after: int | None) -> dict[str, Any]:
+    error = {"type": "error", "status": status, "code": code, "detail": "refused"}
+    return error | {"retry_after": retry_after}
+
+
+ACTION = {"type": "action", "episode_id": "e", "action": [0.5], "step": 1}
+ACTION |= {"remaining_reward": 1.0, "remaining_cost": 1.0, "budget_exhausted": False}
+ACTION |= {"model": "toy", "model_version": "1"}
+
+
+async def scripted(replies: list[dict[str, Any]], retries: int = 2) -> tuple[StreamClient, Any]:
+    socket = ScriptedSocket(replies)
+    return StreamClient(cast(Any, socket), 5.0, RetryPolicy(retries=retries)), socket
+
+
+async def test_stream_client_resends_a_busy_frame_with_a_new_request_id() -> None:
+    stream, socket = await scripted([refusal(409, "episode_busy", 0), ACTION])
+    assert (await stream.step("e", OBSERVATION, 0.0, 0.0)).action == [0.5]
+    first, again = socket.sent
+    assert first["request_id"] != again["request_id"]
+    assert {**first, "request_id": ""} == {**again, "request_id": ""}
+    await stream.close()
+
+
+async def test_stream_client_resends_a_503_only_for_a_numbered_step() -> None:
+    stream, socket = await scripted([refusal(503, "store_unavailable", 0)])
+    with pytest.raises(ServerError) as refused:
+        await stream.step("e", OBSERVATION, 0.0, 0.0)  # it may have gone through
+    assert refused.value.retry_after == 0 and len(socket.sent) == 1
+    await stream.close()
+    stream, socket = await scripted([refusal(503, "store_unavailable", 0), ACTION])
+    assert (await stream.step("e", OBSERVATION, 0.0, 0.0, step=1)).step == 1
+    assert len(socket.sent) == 2
+    await stream.close()
+
+
+async def test_stream_client_does_not_resend_without_a_hint_or_past_its_retries() -> None:
+    stream, socket = await scripted([refusal(409, "step_out_of_order", None)])
+    with pytest.raises(ConflictError):
+        await stream.step("e", OBSERVATION, 0.0, 0.0, step=4)
+    assert len(socket.sent) == 1
+    await stream.close()
+    stream, socket = await scripted([refusal(409, "episode_busy", 0)] * 3, retries=2)
+    with pytest.raises(ConflictError) as busy:
+        await stream.update_budget("e", cost_limit=1.0)
+    assert busy.value.code == "episode_busy" and len(socket.sent) == 3
+    await stream.close()
+
+
+async def test_stream_client_start_over_the_quota_waits_its_retry_after(quota_url: str) -> None:
+    async with connect_stream(quota_url, token=TOKEN) as stream:
+        first = await stream.start("toy", 1.0, 1.0, OBSERVATION)
+
+        async def end_soon() -> None:
+            await asyncio.sleep(0.3)
+            await stream.end(first.episode_id)
+
+        began = time.monotonic()
+        ending = asyncio.create_task(end_soon())
+        second = await stream.start("toy", 1.0, 1.0, OBSERVATION)  # 429, retry_after 1 s
+        await ending
+        assert second.step == 0 and time.monotonic() - began >= 1.0
+        await stream.end(second.episode_id)

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from service.config import Settings
 from service.inference import ThreadInference
 from service.main import create_app
+from tests.service.toy_policy import REDIS_URL
 
 pytestmark = pytest.mark.redis
 
@@ -82,6 +83,26 @@ def test_redis_ended_episode_is_gone_on_every_instance(redis_settings: Settings)
         assert second.delete(f"/v1/episodes/{episode_id}").status_code == 200
         assert first.get(f"/v1/episodes/{episode_id}").status_code == 410
         assert second.get("/readyz").status_code == 200
+
+
+def test_redis_record_of_another_format_fails_clearly_and_stays(
+    redis_settings: Settings,
+) -> None:
+    import redis
+
+    with TestClient(create_app(redis_settings)) as client:
+        started = client.post("/v1/episodes", json=START | {"observation": OBSERVATIONS[0]})
+        episode_id = started.json()["episode_id"]
+        key = f"{redis_settings.redis_prefix}:episode:{episode_id}"
+        with redis.Redis.from_url(REDIS_URL) as connection:
+            old = b'{"episode_id": "' + episode_id.encode() + b'"}'  # an older replica's JSON
+            connection.hset(key, "data", old)
+            reply = client.post(f"/v1/episodes/{episode_id}/step", json=step_body(1))
+            assert reply.status_code == 500 and reply.json()["code"] == "record_format"
+            assert "this replica reads format" in reply.json()["detail"]
+            assert connection.hget(key, "data") == old  # nothing written, the lock released
+            again = client.post(f"/v1/episodes/{episode_id}/step", json=step_body(1))
+            assert again.json()["code"] == "record_format"
 
 
 def test_redis_unreachable_store_returns_503(settings: Settings) -> None:

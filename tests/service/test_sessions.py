@@ -93,7 +93,7 @@ def test_store_create_then_get_round_trips_the_record(store: SessionStore) -> No
     record.context.rng.standard_normal(2)
     store.create(record)
     loaded = store.get("a", OWNER)
-    assert loaded.context.to_dict() == record.context.to_dict()
+    assert loaded.context.to_bytes() == record.context.to_bytes()
     assert (loaded.model, loaded.seed, loaded.revision, loaded.owner) == ("toy", 5, 0, OWNER)
 
 
