@@ -131,7 +131,8 @@ class RunResult(NamedTuple):
 def card_training(card: dict[str, Any]) -> tuple[int | None, float | None]:
     """(gradient steps, training seconds) of a model card: baseline or sequence-model layout."""
     config = card.get("training_config") or {}
-    steps = config.get("steps", config.get("update_steps"))
+    # a selected checkpoint records the step it was taken at; the config only the run's plan
+    steps = card.get("training_step", config.get("steps", config.get("update_steps")))
     seconds = (card.get("training") or {}).get("train_seconds")
     return (None if steps is None else int(steps)), seconds
 

@@ -14,6 +14,7 @@ from training.evaluation.report import (
     AVERAGE,
     RunResult,
     build_table,
+    card_training,
     main,
     normalised_scores,
     render_markdown,
@@ -192,3 +193,10 @@ def test_grid_trains_and_exports_the_sequence_models(tmp_path: Path) -> None:
         assert [target["cost"] for target in card["default_targets"]] == [4.0, 8.0, 16.0]
     table = json.loads((tmp_path / "reports" / "table1.json").read_text())["table"]
     assert set(table) == {"cdt", "cdt-sampled", "dt"}
+
+
+def test_card_training_prefers_the_selected_checkpoints_step() -> None:
+    planned = {"training_config": {"update_steps": 100_000}, "training": {"train_seconds": 5.0}}
+    assert card_training(planned) == (100_000, 5.0)
+    assert card_training({**planned, "training_step": 18_000}) == (18_000, 5.0)
+    assert card_training({"training_config": {"steps": 5_000}}) == (5_000, None)
