@@ -453,6 +453,11 @@ def main(argv: list[str] | None = None) -> None:
         default="redis://127.0.0.1:6379/0",
         help="Redis for the 2-workers row ('' skips it)",
     )
+    parser.add_argument(
+        "--redis-inference",
+        choices=("thread", "thread-batch"),
+        help="CDT_INFERENCE of the 2-workers row (default: the service's default with Redis)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch, contextlib.ExitStack() as servers:
         model_dir = args.model_dir or build_cdt_graph(Path(scratch) / "models" / "bench")
@@ -472,7 +477,8 @@ def main(argv: list[str] | None = None) -> None:
             url = servers.enter_context(running_server(models_dir, inference))
             plan += plan_server(url, card, inference or "default", steps)
         if args.redis_url:
-            url = servers.enter_context(running_server(models_dir, redis_url=args.redis_url))
+            scale_out = running_server(models_dir, args.redis_inference, redis_url=args.redis_url)
+            url = servers.enter_context(scale_out)
             job = as_job(websocket_episodes, url, card, CONCURRENT, args.steps_concurrent)
             plan.append((SCALE_OUT, CONCURRENT, job))
         report(run_plan(plan, args.rounds))
