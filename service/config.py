@@ -89,15 +89,18 @@ class Settings(BaseSettings):
       they must run in worker threads (refused with `redis_url`). A thread hand-off cost ~0.1 ms
       a step against a ~0.25 ms forward pass on the 2-core CPU.
     - `thread`: in a worker thread, one onnxruntime call per forward pass.
-    - `thread-batch`: in a worker thread; a batcher thread collects forward passes for up to
-      `batch_max_wait_ms`. On the 2-core CPU it gained 11-26% steps/s at 64 episodes but cost
-      11-120% p50 latency at one episode.
+    - `thread-batch`: in a worker thread; a batcher thread collects the forward passes already
+      queued and, while other episodes are stepping, those arriving within `batch_max_wait_ms`.
+      With 2 workers + Redis at 64 episodes (2-core Intel Xeon) it served 70-78 % of one
+      in-memory worker's steps/s against 48-63 % for `thread`, for ~16 % more p50 at one episode
+      (the batcher-thread hand-off; a lone episode never waits for company).
 
-    Unset: `loop-batch` with the in-memory store, `thread` with Redis."""
+    Unset: `loop-batch` with the in-memory store, `thread-batch` with Redis."""
     batch_max_size: PositiveInt = 32
     """Largest batch of forward passes (`loop-batch` and `thread-batch`)."""
     batch_max_wait_ms: float = Field(default=1.0, ge=0.0, le=100.0)
-    """How long the first forward pass of a `thread-batch` batch waits for company."""
+    """How long the first forward pass of a `thread-batch` batch waits for company (only while
+    the last batch had company)."""
 
     # connection guards: the HTTP timeouts are applied by `service.protocol.GuardedHTTPProtocol`
     # (`cdt serve`, or `uvicorn --http service.protocol:GuardedHTTPProtocol`)

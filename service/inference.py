@@ -271,7 +271,7 @@ def make_inference(
     Raises `ValueError` for `loop-batch` on a store that can wait (Redis).
     """
     in_memory = isinstance(store, InMemorySessionStore)
-    mode = settings.inference or ("loop-batch" if in_memory else "thread")
+    mode = settings.inference or ("loop-batch" if in_memory else "thread-batch")
     if mode == "loop-batch":
         if not in_memory:
             raise ValueError(LOOP_NEEDS_MEMORY)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,19 @@ def test_micro_batcher_returns_each_window_its_own_outputs(tmp_path: Path) -> No
         expected, _ = policy.predict({k: v[None] for k, v in context.window().items()})
         np.testing.assert_allclose(mean, expected[0], rtol=1e-6)
     assert sum(sizes) == 16 and max(sizes) > 1
+
+
+def test_micro_batcher_does_not_hold_a_lone_episode_for_company(tmp_path: Path) -> None:
+    policy = Policy.load(write_test_policy(tmp_path / "toy"))
+    sizes: list[int] = []
+    batcher = MicroBatcher(policy.predict, max_size=8, max_wait_s=5.0, on_batch=sizes.append)
+    context = EpisodeContext.start([0.1, 0.0, 1.0], 0.0, 1.0, context_len=4, action_dim=2)
+    started = time.monotonic()
+    for _ in range(3):  # one episode stepping alone: no batch ever had company
+        batcher.predict_one(context.window())
+    batcher.close()
+    assert sizes == [1, 1, 1]
+    assert time.monotonic() - started < 2.5  # a 5 s wait per call would take 15 s
 
 
 def test_micro_batcher_hands_errors_to_every_waiting_request() -> None:

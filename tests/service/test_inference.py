@@ -72,9 +72,9 @@ def inference(
     ("mode", "store", "expected"),
     [
         (None, memory_store, LoopInference),
-        (None, redis_store, ThreadInference),
-        ("thread", memory_store, ThreadInference),
-        ("thread-batch", redis_store, ThreadBatchInference),
+        (None, redis_store, ThreadBatchInference),
+        ("thread", redis_store, ThreadInference),
+        ("thread-batch", memory_store, ThreadBatchInference),
     ],
 )
 def test_make_inference_picks_the_named_mode_or_the_default_for_the_store(

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.config import Settings
-from service.inference import ThreadInference
+from service.inference import ThreadBatchInference
 from service.main import create_app
 from tests.service.toy_policy import REDIS_URL
 
@@ -44,7 +44,7 @@ def test_redis_episode_alternating_instances_matches_one_instance(
         TestClient(create_app(redis_settings)) as second,
     ):
         inference = first.app.state.service.inference  # type: ignore[attr-defined]
-        assert type(inference) is ThreadInference  # Redis waits: calls go to worker threads
+        assert type(inference) is ThreadBatchInference  # Redis waits: calls go to worker threads
         assert run_on([first, second]) == run_on([first])
 
 
