@@ -106,6 +106,9 @@ class ReportConfig:
     """heading of the Markdown table."""
     train: BaselineConfig = field(default_factory=BaselineConfig)
     """per-run training settings (algo, dataset, seed, out and cost limit are set by the grid)."""
+    average: bool = True
+    """add the Average column (`--no-average` where the columns are not tasks, e.g. one task's
+    full and reduced datasets)."""
     sampled_beside: tuple[str, ...] = ("cdt",)
     """algorithms also evaluated with sampled actions, in an extra `<algo>-sampled` row (the
     table's convention is the mean action for every row)."""
@@ -182,8 +185,9 @@ def _cell(rewards: Sequence[float], costs: Sequence[float]) -> Cell:
     )
 
 
-def build_table(results: Sequence[RunResult]) -> Table:
-    """Average seeds per (algo, task); the average column averages the task means."""
+def build_table(results: Sequence[RunResult], average: bool = True) -> Table:
+    """Average seeds per (algo, task); the average column (if `average`) averages the task
+    means."""
     algorithms = list(dict.fromkeys(result.algo for result in results))
     tasks = list(dict.fromkeys(result.task for result in results))
     cells: dict[tuple[str, str], Cell] = {}
@@ -193,9 +197,9 @@ def build_table(results: Sequence[RunResult]) -> Table:
             if runs:
                 cells[algo, task] = _cell([r.reward for r in runs], [r.cost for r in runs])
         row = [cells[algo, task] for task in tasks if (algo, task) in cells]
-        if len(row) == len(tasks):  # an average over a partial row would mislead
+        if average and len(row) == len(tasks):  # an average over a partial row would mislead
             cells[algo, AVERAGE] = _cell([c.reward for c in row], [c.cost for c in row])
-    return Table(algorithms=algorithms, tasks=[*tasks, AVERAGE], cells=cells)
+    return Table(algorithms=algorithms, tasks=[*tasks, AVERAGE] if average else tasks, cells=cells)
 
 
 def _format_pair(cell: Cell | None, best: bool) -> list[str]:
@@ -465,7 +469,7 @@ def write_report(
     config: ReportConfig, results: Sequence[RunResult], command: str, seconds: float
 ) -> tuple[Path, Path]:
     """Write <stem>.md and <stem>.json under `config.out`; returns both paths."""
-    table = build_table(results)
+    table = build_table(results, config.average)
     config.out.mkdir(parents=True, exist_ok=True)
     markdown = config.out / f"{config.stem}.md"
     markdown.write_text(

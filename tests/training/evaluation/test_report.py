@@ -200,3 +200,9 @@ def test_card_training_prefers_the_selected_checkpoints_step() -> None:
     assert card_training(planned) == (100_000, 5.0)
     assert card_training({**planned, "training_step": 18_000}) == (18_000, 5.0)
     assert card_training({"training_config": {"steps": 5_000}}) == (5_000, None)
+
+
+def test_build_table_without_the_average_column() -> None:
+    table = build_table(RESULTS, average=False)
+    assert table.tasks == ["CarRun", "BallRun"]
+    assert not any(task == AVERAGE for _, task in table.cells)
