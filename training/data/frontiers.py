@@ -68,9 +68,11 @@ class FrontierSummary(NamedTuple):
     safe_episodes: int  # trajectories with C <= kappa
 
 
-def _as_returns(
+def paired_returns(
     cost_returns: ArrayLike, reward_returns: ArrayLike
 ) -> tuple[np.ndarray, np.ndarray]:
+    """(cost, reward) returns as float64 arrays, one entry per trajectory; ValueError unless both
+    are 1-D of one length."""
     costs = np.asarray(cost_returns, dtype=np.float64)
     rewards = np.asarray(reward_returns, dtype=np.float64)
     if costs.ndim != 1 or costs.shape != rewards.shape:
@@ -78,6 +80,13 @@ def _as_returns(
             f"cost and reward returns must be 1-D of one length, got {costs.shape} and "
             f"{rewards.shape}"
         )
+    return costs, rewards
+
+
+def _as_returns(
+    cost_returns: ArrayLike, reward_returns: ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
+    costs, rewards = paired_returns(cost_returns, reward_returns)
     if not (np.all(np.isfinite(costs)) and np.all(np.isfinite(rewards))):
         raise ValueError("cost and reward returns must be finite")
     return costs, rewards

@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from training.data.dataset import Episode
+from training.data.frontiers import paired_returns
 
 logger = logging.getLogger(__name__)
 
@@ -64,13 +65,7 @@ def grid_cells(
 
     Ranges default to the data's own minimum and maximum.
     """
-    costs = np.asarray(cost_returns, dtype=np.float64)
-    rewards = np.asarray(reward_returns, dtype=np.float64)
-    if costs.ndim != 1 or costs.shape != rewards.shape:
-        raise ValueError(
-            f"cost and reward returns must be 1-D of one length, got {costs.shape} and "
-            f"{rewards.shape}"
-        )
+    costs, rewards = paired_returns(cost_returns, reward_returns)
     cost_index = _bin_index(costs, cost_bins, cost_range)
     reward_index = _bin_index(rewards, reward_bins, reward_range)
     cells: np.ndarray = cost_index * reward_bins + reward_index
