@@ -304,9 +304,16 @@ def short_task(task: str) -> str:
 
 
 def _evaluate_dir(
-    model_dir: Path, label: str, config: ReportConfig, evaluate: EvaluateFunction, *, mean: bool
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(card, evaluation result) of one exported model, with mean or sampled actions.
+    model_dir: Path,
+    label: str,
+    card: dict[str, Any],
+    config: ReportConfig,
+    evaluate: EvaluateFunction,
+    *,
+    mean: bool,
+) -> dict[str, Any]:
+    """The evaluation result of one exported model (`card`: its model.json), with mean or
+    sampled actions.
 
     The result is kept under `<models_dir>/evaluations/` (never beside a shipped model), so a
     rerun with `--reuse` after an interruption skips the evaluations already done with the same
@@ -315,7 +322,6 @@ def _evaluate_dir(
     from runtime.card import read_card
     from runtime.protocol import target_reward_for
 
-    card = json.loads((model_dir / "model.json").read_text())
     settings = {
         "episodes": config.episodes,
         "seeds": config.eval_seeds,
@@ -329,7 +335,7 @@ def _evaluate_dir(
     if config.reuse and saved_path.is_file():
         saved = json.loads(saved_path.read_text())
         if saved.get("settings") == settings:
-            return card, saved["result"]
+            return dict(saved["result"])
     result = evaluate(
         model_dir=model_dir,
         episodes=config.episodes,
@@ -344,7 +350,7 @@ def _evaluate_dir(
     saved_path.write_text(
         json.dumps({"settings": settings, "result": result}, default=float) + "\n"
     )
-    return card, result
+    return result
 
 
 def _evaluated_results(
@@ -359,7 +365,7 @@ def _evaluated_results(
         modes.append((algo + SAMPLED_SUFFIX, False))
     results = []
     for name, mean in modes:
-        card, result = _evaluate_dir(model_dir, task, config, evaluate, mean=mean)
+        result = _evaluate_dir(model_dir, task, card, config, evaluate, mean=mean)
         scores = normalised_scores(result, card, config.cost_limit)
         if scores is None:
             raise ValueError(f"{model_dir}: evaluation has no reward/cost returns")
