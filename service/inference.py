@@ -195,8 +195,9 @@ class ThreadInference(Inference):
 
 
 class ThreadBatchInference(ThreadInference):
-    """`thread-batch`: calls run in worker threads; a batcher thread per model version
-    collects their forward passes for up to `batch_max_wait_ms`."""
+    """`thread-batch`: calls run in worker threads; a batcher thread per model version runs
+    their forward passes in batches (`MicroBatcher`: it waits up to `batch_max_wait_ms` for
+    company only while other episodes are stepping)."""
 
     def __init__(
         self, store: SessionStore, metrics: Metrics, settings: Settings, repository: ModelRepository
@@ -266,7 +267,8 @@ class BatcherPool(Generic[Batcher]):
 def make_inference(
     settings: Settings, store: SessionStore, repository: ModelRepository, metrics: Metrics
 ) -> Inference:
-    """The strategy `settings.inference` names (unset: `loop-batch` in memory, else `thread`).
+    """The strategy `settings.inference` names (unset: `loop-batch` in memory, else
+    `thread-batch`).
 
     Raises `ValueError` for `loop-batch` on a store that can wait (Redis).
     """
