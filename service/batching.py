@@ -2,18 +2,17 @@
 
 One batcher per inference strategy that batches (`Settings.inference`, `service.inference`):
 
-- `LoopBatcher` (`loop-batch`, the default with the in-memory store): requests woken in the same
-  event-loop turn share one forward pass, and nothing waits for company. Measured with
-  bench/serve_latency.py on a 2 x 64 x 4 CDT (2-core CPU, load generator on the same cores):
-  64 websocket episodes went from ~1,300 to ~2,650 steps/s; one episode's p50 did not move.
-- `MicroBatcher` (`thread-batch`, the default with Redis): a batcher thread collects the windows
+- `TurnBatcher` (`loop-batch`, the default): the calls that requests woken in the same
+  event-loop turn make run as one batch in a batch thread (store reads and writes, one
+  forward pass per model), while the loop goes on serving; nothing waits for company.
+- `MicroBatcher` (`thread-batch`): a batcher thread collects the windows
   of calls running in worker threads: those already queued and, while other episodes are
   stepping (its last batch had company), those arriving within `batch_max_wait_ms`. Waiting
   always cost a lone episode up to +120% p50 latency on the 2-core CPU; waiting only under load
   leaves it the thread hand-off (~16%).
 
-The graph is compute-bound on CPU (a batch of 32 costs ~40% less per window than single
-passes), so batching pays mostly by amortising per-call overhead and cache warm-up.
+The graph is compute-bound on CPU (a CDT-sized window costs ~0.46 ms alone or in a batch of 32
+on a 2-core AMD EPYC), so batching pays by amortising per-call and per-round-trip overhead.
 """
 
 from __future__ import annotations
@@ -23,14 +22,18 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, Generic, TypeVar
 
 import numpy.typing as npt
 
 from runtime.context import batch_windows
 from service.episode_state import Outputs, Window
 
+Job = TypeVar("Job")
+Outcome = TypeVar("Outcome")
 BatchPredict = Callable[[dict[str, npt.NDArray[Any]]], Outputs]
 """`Policy.predict`: six batched inputs in, [B, action_dim] mean and log std out."""
 
@@ -125,49 +128,98 @@ class MicroBatcher:
             self._on_batch(len(batch))
 
 
-class LoopBatcher:
-    """Batches the forward passes that requests on one event loop ask for in the same turn.
+class TurnBatcher(Generic[Job, Outcome]):
+    """Runs the jobs that requests on one event loop submit in the same turn as one batch.
 
-    Nothing waits for company: the first window of a turn schedules one flush with
-    `call_soon`, which runs after every request the loop already woke (a burst of frames
-    from many sockets) has queued its window. One episode alone pays one loop turn (~µs).
-    The forward pass runs on the loop thread: use it only where nothing else would block.
+    Nothing waits for company: the first job of a turn schedules one flush with `call_soon`,
+    which runs after every request the loop already woke (a burst of frames from many sockets)
+    has submitted its job. A batch runs in the batcher's own thread, one batch at a time, so
+    the loop keeps reading and answering other requests meanwhile and the next batch gathers
+    while this one runs: on 2 cores the forward passes take one core and the loop the other.
+    With `inline`, a lone job (one episode stepping alone) runs on the loop itself and skips
+    the thread hand-off; only for runs that never block (the in-memory store).
+
+    `run` answers one outcome per job, an exception for a job that failed; if it raises, every
+    job of the batch gets the error.
     """
 
     def __init__(
         self,
-        predict: BatchPredict,
+        run: Callable[[list[Job]], list[Outcome | Exception]],
         *,
         max_size: int,
-        on_batch: Callable[[int], None] | None = None,
+        inline: bool,
+        threads: int = 1,
     ) -> None:
-        self._predict = predict
+        self._run = run
         self._max_size = max_size
-        self._on_batch = on_batch
-        self._waiting: list[tuple[Window, asyncio.Future[Outputs]]] = []
+        self._inline = inline
+        self._threads = threads
+        self._waiting: list[tuple[Job, asyncio.Future[Outcome]]] = []
+        self._in_flight = 0
+        self._busy = False
+        """Whether the last batch had company: then even a lone job goes to the thread, so
+        the loop stays free for the requests about to follow."""
+        self._executor = ThreadPoolExecutor(threads, thread_name_prefix="cdt-turn-batch")
 
-    async def predict_one(self, window: Window) -> Outputs:
-        """Forward pass for one window (no batch axis); returns `[action_dim]` mean and log std."""
+    async def submit(self, job: Job) -> Outcome:
+        """Run `job` in this turn's batch (or the next, while one runs); its outcome."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Outputs] = loop.create_future()
-        self._waiting.append((window, future))
+        future: asyncio.Future[Outcome] = loop.create_future()
+        self._waiting.append((job, future))
         if len(self._waiting) == 1:
             loop.call_soon(self._flush)
         return await future
 
+    def close(self) -> None:
+        """Let the batch in flight finish; later batches are refused."""
+        self._executor.shutdown(wait=True)
+
     def _flush(self) -> None:
+        if self._in_flight == self._threads or not self._waiting:
+            return  # a batch in flight flushes again when it is done
         batch, self._waiting = self._waiting[: self._max_size], self._waiting[self._max_size :]
-        if self._waiting:
-            asyncio.get_running_loop().call_soon(self._flush)
-        try:
-            mean, log_std = self._predict(batch_windows([window for window, _ in batch]))  # [B, A]
-        except Exception as error:  # every waiting request re-raises it
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(error)
+        lone = len(batch) == 1 and not self._waiting and not self._busy and not self._in_flight
+        self._busy = len(batch) > 1
+        jobs = [job for job, _ in batch]
+        if self._inline and lone:
+            self._settle(batch, self._run_all(jobs))
             return
-        for row, (_, future) in enumerate(batch):
-            if not future.done():  # its request may have been cancelled (client gone)
-                future.set_result((mean[row], log_std[row]))
-        if self._on_batch is not None:
-            self._on_batch(len(batch))
+        self._in_flight += 1
+        done = asyncio.get_running_loop().run_in_executor(self._executor, self._run_all, jobs)
+        done.add_done_callback(partial(self._finished, batch))
+        if self._waiting:  # more than one batch's worth: the next may start in another thread
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _finished(
+        self,
+        batch: list[tuple[Job, asyncio.Future[Outcome]]],
+        done: asyncio.Future[list[Outcome | Exception]],
+    ) -> None:
+        self._in_flight -= 1
+        outcomes: list[Outcome | Exception]
+        try:
+            outcomes = done.result()
+        except Exception as error:  # the executor refused the batch (shutting down)
+            outcomes = [error] * len(batch)
+        self._settle(batch, outcomes)
+        self._flush()  # the batch that gathered meanwhile
+
+    def _run_all(self, jobs: list[Job]) -> list[Outcome | Exception]:
+        try:
+            outcomes = self._run(jobs)
+        except Exception as error:  # every job of the batch re-raises it
+            return [error] * len(jobs)
+        return outcomes
+
+    @staticmethod
+    def _settle(
+        batch: list[tuple[Job, asyncio.Future[Outcome]]], outcomes: list[Outcome | Exception]
+    ) -> None:
+        for (_, future), outcome in zip(batch, outcomes, strict=True):
+            if future.done():  # its request was cancelled (client gone)
+                continue
+            if isinstance(outcome, Exception):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)

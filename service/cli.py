@@ -45,8 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--inference",
         choices=get_args(InferenceMode),
-        help="where calls run and how forward passes are batched: loop-batch (event loop, "
-        "in-memory store only), thread, thread-batch (default: loop-batch, thread with Redis)",
+        help="where calls run and how forward passes are batched: loop-batch (the default: "
+        "each event-loop turn's calls as one batch), thread, thread-batch",
     )
     parser.add_argument(
         "--header-timeout", type=float, help="seconds a connection has to send a request head"

@@ -10,17 +10,12 @@ from pydantic import (
     Field,
     PositiveFloat,
     PositiveInt,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 InferenceMode = Literal["loop-batch", "thread", "thread-batch"]
-LOOP_NEEDS_MEMORY = (
-    "inference 'loop-batch' runs episode calls on the event loop and needs the in-memory store; "
-    "with a Redis session store use 'thread' or 'thread-batch'"
-)
 
 
 class Settings(BaseSettings):
@@ -83,21 +78,21 @@ class Settings(BaseSettings):
     """Where episode calls run and how their forward passes reach onnxruntime, chosen once at
     start-up (`service.inference`):
 
-    - `loop-batch`: on the event loop; the forward passes of the requests woken in one loop turn
-      share one onnxruntime call, and nothing waits for company. Only with the in-memory store:
-      Redis calls block on the network and its episode lock is held across the forward pass, so
-      they must run in worker threads (refused with `redis_url`). A thread hand-off cost ~0.1 ms
-      a step against a ~0.25 ms forward pass on the 2-core CPU.
-    - `thread`: in a worker thread, one onnxruntime call per forward pass.
+    - `loop-batch` (the default): calls queue on the event loop; those of one loop turn run as
+      one batch in a batch thread while the loop goes on serving: the store reads (Redis: one
+      pipelined round trip for the whole batch), one onnxruntime call per model, the writes
+      (one more round trip). A lone episode on the in-memory store runs on the loop itself.
+    - `thread`: in a worker thread, one onnxruntime call per forward pass, two Redis round
+      trips per call.
     - `thread-batch`: in a worker thread; a batcher thread collects the forward passes already
       queued and, while other episodes are stepping, those arriving within `batch_max_wait_ms`.
-      With 2 workers + Redis at 64 episodes (2-core Intel Xeon) it served 70-78 % of one
-      in-memory worker's steps/s against 48-63 % for `thread`, for ~16 % more p50 at one episode
-      (the batcher-thread hand-off; a lone episode never waits for company).
 
-    Unset: `loop-batch` with the in-memory store, `thread-batch` with Redis."""
+    Measured with `bench/serve_latency.py --compare-inference` in the README."""
     batch_max_size: PositiveInt = 32
-    """Largest batch of forward passes (`loop-batch` and `thread-batch`)."""
+    """Largest batch of calls (`loop-batch`) or forward passes (`thread-batch`)."""
+    batch_threads: PositiveInt = 2
+    """`loop-batch` batches in flight at once, each in its own thread. onnxruntime releases the
+    GIL, so on 2 cores two batches' forward passes run in parallel while the loop serves."""
     batch_max_wait_ms: float = Field(default=1.0, ge=0.0, le=100.0)
     """How long the first forward pass of a `thread-batch` batch waits for company (only while
     the last batch had company)."""
@@ -121,13 +116,6 @@ class Settings(BaseSettings):
     def _split_tokens(cls, value: Any) -> Any:
         if isinstance(value, str):
             return frozenset(token.strip() for token in value.split(",") if token.strip())
-        return value
-
-    @field_validator("inference")
-    @classmethod
-    def _loop_needs_memory(cls, value: InferenceMode | None, info: ValidationInfo) -> Any:
-        if value == "loop-batch" and info.data.get("redis_url"):
-            raise ValueError(LOOP_NEEDS_MEMORY)
         return value
 
     @model_validator(mode="after")

@@ -2,20 +2,23 @@
 
 `make_inference` picks one from `Settings.inference` at start-up:
 
-- `LoopInference` (`loop-batch`): calls run on the event loop and the forward passes of one loop
-  turn share an onnxruntime call (`LoopBatcher`). Only for the in-memory store, which never waits.
+- `LoopInference` (`loop-batch`, the default): calls queue on the event loop; those of one loop
+  turn run as one batch in a batch thread (`TurnBatcher`): store reads, one onnxruntime call per
+  model, store writes (on Redis, one pipelined round trip each way for the whole batch).
 - `ThreadInference` (`thread`): calls run in a worker thread, one onnxruntime call each.
 - `ThreadBatchInference` (`thread-batch`): calls run in a worker thread and their forward passes
   are micro-batched by a batcher thread (`MicroBatcher`).
 
 `EpisodeService` states each change as a pure `Plan` (`service.episode_state`); a strategy runs it
 keeping two promises: a mutation holds its episode's lock from read to write, the forward pass
-included (the loop's `LoopLocks` or the store's own lock, a thread or Redis lock held by the
-worker thread), and a call that fails leaves the episode unchanged (plans work on copies).
+included (the loop's `LoopLocks` plus, on Redis, the batch's claims; or the store's own lock, a
+thread or Redis lock held by the worker thread), and a call that fails leaves the episode
+unchanged (plans work on copies).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from abc import ABC, abstractmethod
@@ -26,14 +29,15 @@ from typing import Generic, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
-from service.batching import LoopBatcher, MicroBatcher
-from service.config import LOOP_NEEDS_MEMORY, Settings
-from service.episode_state import EpisodeRecord, Outputs, act
+from runtime.context import batch_windows
+from service.batching import MicroBatcher, TurnBatcher
+from service.config import Settings
+from service.episode_state import EpisodeRecord, Outputs, Window, act
 from service.errors import ModelError
-from service.locks import LoopLocks
+from service.locks import LOCK_POLL_S, LoopLocks, episode_busy
 from service.metrics import Metrics
 from service.policy import ModelRepository, Policy
-from service.sessions import InMemorySessionStore, SessionStore
+from service.sessions import Claim, Claimed, InMemorySessionStore, SessionStore
 
 logger = logging.getLogger(__name__)
 Result = TypeVar("Result")
@@ -89,61 +93,174 @@ class Inference(ABC):
         return ModelError(f"the model failed on this input: {error}")
 
 
-class LoopInference(Inference):
-    """`loop-batch`: calls run on the event loop, their forward passes batched per loop turn.
+@dataclass(frozen=True)
+class Mutation:
+    """A change of one stored episode, a job of `LoopInference`'s batches."""
 
-    The store must never wait (the in-memory store): the loop runs everything else meanwhile.
+    episode_id: str
+    owner: str
+    plan: Plan
+
+
+@dataclass(frozen=True)
+class Creation:
+    """A new episode whose first action is pending, a job of `LoopInference`'s batches."""
+
+    pending: PendingAction
+
+
+Job = Mutation | Creation
+Answer = EpisodeRecord | None
+"""A job's stored record, or None: another worker or replica held the episode (try again)."""
+
+
+class LoopInference(Inference):
+    """`loop-batch`: calls queue on the event loop, and those of one loop turn run as one batch
+    in a batch thread (`TurnBatcher`): the store reads (on Redis one pipelined round trip for
+    the whole batch), one forward pass per model, then the store writes (one more round trip).
+
+    The loop's `LoopLocks` keep one call per episode in this process; across Redis replicas the
+    claims are Redis locks, and a call whose episode another replica holds is tried again in a
+    later batch until `episode_lock_wait_s`.
     """
+
+    inline_lone_calls = True
+    """Whether a lone call (one episode stepping alone) on the in-memory store runs on the loop
+    itself, without the thread hand-off."""
 
     def __init__(
         self, store: SessionStore, metrics: Metrics, settings: Settings, repository: ModelRepository
     ) -> None:
         super().__init__(store, metrics)
         self._lock_wait_s = settings.episode_lock_wait_s
-        self._locks = LoopLocks()  # held across the awaited forward pass
-        make = partial(
-            LoopBatcher, max_size=settings.batch_max_size, on_batch=metrics.batch_size.observe
+        self._locks = LoopLocks()  # held across the awaited batch
+        self._store_blocks = not isinstance(store, InMemorySessionStore)
+        inline = self.inline_lone_calls and not self._store_blocks
+        self.batcher = TurnBatcher(
+            self._run_batch,
+            max_size=settings.batch_max_size,
+            inline=inline,
+            threads=settings.batch_threads,
         )
-        self.batchers = BatcherPool(lambda policy: make(policy.predict), repository)
 
     async def create(self, pending: PendingAction) -> EpisodeRecord:
         """Run a new episode's first forward pass and store the finished record."""
-        record = pending.finish(await self.forward(pending))
-        self.store.create(record)
-        return record
+        answer = await self.batcher.submit(Creation(pending))
+        assert answer is not None  # a new episode has no lock to wait for
+        return answer
 
     async def mutate(self, episode_id: str, owner: str, plan: Plan) -> EpisodeRecord:
         """Apply `plan` to the episode under its lock, forward pass included; the stored record."""
         async with self._locks.hold(episode_id, self._lock_wait_s):
-            record = self.store.get(episode_id, owner)
-            planned = plan(record)
-            updated = (
-                planned.finish(await self.forward(planned))
-                if isinstance(planned, PendingAction)
-                else planned
-            )
-            if updated is record:
-                return record
-            # the loop lock kept every other writer of this episode out since the read
-            return self.store.mutate(episode_id, owner, lambda _: updated)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self._lock_wait_s
+            pause, longest = LOCK_POLL_S
+            while (answer := await self.batcher.submit(Mutation(episode_id, owner, plan))) is None:
+                if loop.time() + pause > deadline:
+                    raise episode_busy(episode_id, self._lock_wait_s)
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, longest)
+            return answer
 
     async def run(self, episode_id: str, call: Callable[[], Result]) -> Result:
         """Run a store call without forward pass (state, end) after the episode's call in flight."""
         async with self._locks.hold(episode_id, self._lock_wait_s):
+            if self._store_blocks:
+                return await run_in_threadpool(call)
             return call()
 
     def close(self) -> None:
-        """Drop the batchers (they hold no thread)."""
-        self.batchers.close()
+        """Stop the batch thread after the batch in flight."""
+        self.batcher.close()
 
-    async def forward(self, pending: PendingAction) -> Outputs:
-        """The forward pass for `pending`, batched with the others of this loop turn."""
+    def forward(self, policy: Policy, windows: list[Window]) -> Outputs:
+        """One forward pass over `windows`, [B, action_dim] each (batch thread, or the loop for a
+        lone call)."""
+        outputs = policy.predict(batch_windows(windows))
+        self.metrics.batch_size.observe(len(windows))
+        return outputs
+
+    def _run_batch(self, jobs: list[Job]) -> list[Answer | Exception]:
+        """Claim the mutated episodes, plan, run the forward passes, store; one answer per job."""
+        answers: dict[int, Answer | Exception] = {}
+        held, planned = self._claim_and_plan(jobs, answers)
+        planned |= {i: job.pending for i, job in enumerate(jobs) if isinstance(job, Creation)}
+        finished = self._forward_all(planned, answers)
+        for i, record in finished.items():
+            if isinstance(jobs[i], Creation):
+                answers[i] = self._created(record)
+        writes = [(claim, finished.get(i, claim.record)) for i, claim in held.items()]
+        failures = self._commit(writes)  # a refused plan or forward pass only unlocks
+        for i, (_, updated), failure in zip(held, writes, failures, strict=True):
+            answers.setdefault(i, updated if failure is None else failure)
+        return [answers[i] for i in range(len(jobs))]
+
+    def _commit(self, writes: list[tuple[Claim, EpisodeRecord]]) -> list[Exception | None]:
+        """`store.commit_many`; a store failure fails these writes, not the batch's creations."""
+        if not writes:
+            return []
         try:
-            return await self.batchers.get(pending.policy).predict_one(
-                pending.record.context.window()
-            )
-        except Exception as error:  # onnxruntime raises its own types
-            raise self._model_error(pending.policy, error) from error
+            return list(self.store.commit_many(writes))
+        except Exception as failed:  # Redis down: the claims expire after redis_lock_ttl_s
+            return [failed] * len(writes)
+
+    def _claim_and_plan(
+        self, jobs: list[Job], answers: dict[int, Answer | Exception]
+    ) -> tuple[dict[int, Claim], dict[int, EpisodeRecord | PendingAction]]:
+        """Claim every mutated episode in one store call and plan its change; the claims held
+        and the plans, by job index (failures go to `answers`)."""
+        mutations = [(i, job) for i, job in enumerate(jobs) if isinstance(job, Mutation)]
+        claims: list[Claimed | Exception] = []
+        if mutations:
+            episodes = [(job.episode_id, job.owner) for _, job in mutations]
+            try:
+                claims += self.store.claim_many(episodes)
+            except Exception as failed:  # Redis down: these jobs fail, the creations go on
+                claims = [failed] * len(mutations)
+        held: dict[int, Claim] = {}
+        planned: dict[int, EpisodeRecord | PendingAction] = {}
+        for (i, mutation), claim in zip(mutations, claims, strict=True):
+            if not isinstance(claim, Claim):
+                answers[i] = claim  # 404, 410, or None: held elsewhere
+                continue
+            held[i] = claim
+            try:
+                planned[i] = mutation.plan(claim.record)
+            except Exception as refused:  # a refused step (409, 422): the episode stays as it was
+                answers[i] = refused
+        return held, planned
+
+    def _created(self, record: EpisodeRecord) -> EpisodeRecord | Exception:
+        """Store a new episode: the record, or why not (the cap or the owner's quota: 429)."""
+        try:
+            self.store.create(record)
+        except Exception as refused:
+            return refused
+        return record
+
+    def _forward_all(
+        self,
+        planned: dict[int, EpisodeRecord | PendingAction],
+        answers: dict[int, Answer | Exception],
+    ) -> dict[int, EpisodeRecord]:
+        """The planned records, those waiting for an action finished by one forward pass per
+        model; a model that fails fails its jobs only (in `answers`)."""
+        finished = {i: p for i, p in planned.items() if isinstance(p, EpisodeRecord)}
+        by_policy: dict[int, list[tuple[int, PendingAction]]] = {}
+        for i, pending in planned.items():
+            if isinstance(pending, PendingAction):
+                by_policy.setdefault(id(pending.policy), []).append((i, pending))
+        for group in by_policy.values():
+            policy = group[0][1].policy
+            try:
+                mean, log_std = self.forward(policy, [p.record.context.window() for _, p in group])
+            except Exception as error:  # onnxruntime raises its own types
+                failed = self._model_error(policy, error)
+                answers |= {i: failed for i, _ in group}
+                continue
+            for row, (i, pending) in enumerate(group):
+                finished[i] = pending.finish((mean[row], log_std[row]))
+        return finished
 
 
 class ThreadInference(Inference):
@@ -267,16 +384,9 @@ class BatcherPool(Generic[Batcher]):
 def make_inference(
     settings: Settings, store: SessionStore, repository: ModelRepository, metrics: Metrics
 ) -> Inference:
-    """The strategy `settings.inference` names (unset: `loop-batch` in memory, else
-    `thread-batch`).
-
-    Raises `ValueError` for `loop-batch` on a store that can wait (Redis).
-    """
-    in_memory = isinstance(store, InMemorySessionStore)
-    mode = settings.inference or ("loop-batch" if in_memory else "thread-batch")
+    """The strategy `settings.inference` names (unset: `loop-batch`)."""
+    mode = settings.inference or "loop-batch"
     if mode == "loop-batch":
-        if not in_memory:
-            raise ValueError(LOOP_NEEDS_MEMORY)
         return LoopInference(store, metrics, settings, repository)
     if mode == "thread-batch":
         return ThreadBatchInference(store, metrics, settings, repository)

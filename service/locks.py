@@ -15,6 +15,9 @@ from contextlib import asynccontextmanager, contextmanager
 
 from service.errors import EpisodeBusyError
 
+LOCK_POLL_S = (0.001, 0.02)
+"""First and longest pause between tries of an episode another worker or replica holds."""
+
 
 def episode_busy(episode_id: str, wait_s: float) -> EpisodeBusyError:
     """The retryable error of a request that waited `wait_s` for its episode in vain."""

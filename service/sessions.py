@@ -18,11 +18,14 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol, Self
 
 import redis
 from redis.backoff import NoBackoff
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from service.breaker import CircuitBreaker
@@ -36,12 +39,28 @@ from service.errors import (
     StoreUnavailableError,
     TooManyEpisodesError,
 )
-from service.locks import ThreadLocks, episode_busy
+from service.locks import LOCK_POLL_S, ThreadLocks, episode_busy
 
 logger = logging.getLogger(__name__)
 EvictionHook = Callable[[int], None]
+ScriptCall = tuple[Script, list[str], list[Any]]
+"""A registered Lua script, its keys and its arguments."""
 Change = Callable[[EpisodeRecord], EpisodeRecord]
 """A mutation: the new record, or its argument itself when nothing is to be written."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """An episode read for a mutation, held (on Redis, locked) until `commit_many` is called."""
+
+    record: EpisodeRecord
+    token: str = ""
+    """The Redis lock's token ("" in memory, where the caller serialises one episode's calls)."""
+
+
+Claimed = Claim | ServiceError | None
+"""`claim_many`'s answer per episode: the claim, 404/410/503, or None while another request
+(another worker or replica) holds the episode: try again shortly."""
 
 
 class SessionStore(Protocol):
@@ -62,6 +81,13 @@ class SessionStore(Protocol):
 
     def delete(self, episode_id: str, owner: str) -> EpisodeRecord:
         """End an episode (after any mutation in flight) and return its last record."""
+
+    def claim_many(self, episodes: list[tuple[str, str]]) -> list[Claimed]:
+        """Read (and on Redis lock) several (episode_id, owner) at once, for one batch."""
+
+    def commit_many(self, writes: list[tuple[Claim, EpisodeRecord]]) -> list[ServiceError | None]:
+        """Store each claim's new record (or only release it when the record is the claimed one
+        itself); per claim None, or why nothing was written."""
 
     def count(self) -> int:
         """Live episodes."""
@@ -178,6 +204,36 @@ class InMemorySessionStore:
             record = self._get(episode_id, owner)
             self._forget(record, "ended", self._clock())
             return record
+
+    def claim_many(self, episodes: list[tuple[str, str]]) -> list[Claimed]:
+        """Read several episodes. No lock: the caller runs one call per episode at a time."""
+        claims: list[Claimed] = []
+        with self._lock:
+            self._sweep()
+            for episode_id, owner in episodes:
+                try:
+                    claims.append(Claim(self._get(episode_id, owner)))
+                except ServiceError as error:
+                    claims.append(error)
+        return claims
+
+    def commit_many(self, writes: list[tuple[Claim, EpisodeRecord]]) -> list[ServiceError | None]:
+        """Store the changed records; an episode that expired since its claim is not revived."""
+        answers: list[ServiceError | None] = []
+        with self._lock:
+            self._sweep()
+            for claim, updated in writes:
+                if updated is claim.record:
+                    answers.append(None)
+                    continue
+                try:
+                    self._get(updated.episode_id, updated.owner)
+                except ServiceError as error:
+                    answers.append(error)
+                    continue
+                self._write(updated)
+                answers.append(None)
+        return answers
 
     def count(self) -> int:
         """Live episodes."""
@@ -301,8 +357,6 @@ redis.call('SET', KEYS[2], 'ended:' .. ARGV[1], 'PX', ARGV[2])
 return {1, found[1]}
 """
 )
-_LOCK_POLL_S = (0.001, 0.02)
-"""First and longest pause between tries of a lock another replica holds."""
 
 
 def _text(reply: bytes | None) -> str:
@@ -460,6 +514,52 @@ class RedisSessionStore:
             data = self._locked(delete, episode_id, owner, deadline)
         return EpisodeRecord.from_bytes(data)
 
+    def claim_many(self, episodes: list[tuple[str, str]]) -> list[Claimed]:
+        """Lock and read several episodes in one round trip (a pipeline of lock scripts)."""
+        lock_ms = int(self.lock_ttl_s * 1000)
+        tokens = [secrets.token_hex(8) for _ in episodes]
+        calls: list[ScriptCall] = [
+            (self._acquire, self._keys(episode_id, owner), [owner, token, lock_ms])
+            for (episode_id, owner), token in zip(episodes, tokens, strict=True)
+        ]
+        with self._guarded():
+            replies = self._pipelined(calls)
+        claims: list[Claimed] = []
+        for (episode_id, owner), token, (outcome, value) in zip(
+            episodes, tokens, replies, strict=True
+        ):
+            if int(outcome) == 1:
+                claims.append(self._claimed(value, self._keys(episode_id, owner), token))
+            elif int(outcome) == 0:
+                claims.append(None)
+            else:
+                claims.append(_missing(episode_id, owner, _text(value)))
+        return claims
+
+    def _claimed(self, data: bytes, keys: list[str], token: str) -> Claim | ServiceError:
+        """The claim of a locked record, or why it cannot be read (its lock released)."""
+        try:
+            return Claim(EpisodeRecord.from_bytes(data), token)
+        except ServiceError as unreadable:  # another replica's format: left as it is
+            self._unlock(keys, token)
+            return unreadable
+
+    def commit_many(self, writes: list[tuple[Claim, EpisodeRecord]]) -> list[ServiceError | None]:
+        """Write the changed records and release every claim, in one round trip."""
+        calls: list[ScriptCall] = []
+        for claim, updated in writes:
+            keys = self._keys(updated.episode_id, updated.owner)
+            if updated is claim.record:
+                calls.append((self._release, keys[4:], [claim.token]))
+            else:
+                calls.append((self._commit, keys, [*self._write_args(updated), claim.token]))
+        with self._guarded():
+            replies = self._pipelined(calls)
+        return [
+            None if updated is claim.record else self._commit_error(updated, int(outcome))
+            for (claim, updated), outcome in zip(writes, replies, strict=True)
+        ]
+
     def count(self) -> int:
         """Live episodes (expired ones are swept first)."""
         live_key = f"{self.prefix}:live"
@@ -493,7 +593,7 @@ class RedisSessionStore:
         Raises 404 or 410 when `owner` has no such episode, `EpisodeBusyError` when the lock is
         still held at `deadline` (monotonic).
         """
-        pause, longest = _LOCK_POLL_S
+        pause, longest = LOCK_POLL_S
         while True:
             with self._guarded():
                 outcome, value = attempt()
@@ -510,15 +610,48 @@ class RedisSessionStore:
         """Write a mutated record and release its lock in one script."""
         with self._guarded():
             outcome = int(self._commit(keys=keys, args=[*self._write_args(record), token]))
+        error = self._commit_error(record, outcome)
+        if error is not None:
+            raise error
+
+    def _commit_error(self, record: EpisodeRecord, outcome: int) -> ServiceError | None:
+        """Why the commit script wrote nothing, or None when it wrote `record`."""
         if outcome == 0:  # another request took the expired lock: nothing was written
-            raise episode_busy(record.episode_id, self.lock_ttl_s)
+            return episode_busy(record.episode_id, self.lock_ttl_s)
         if outcome < 0:  # it was there when locked: it expired during the change
-            raise _gone(record.episode_id, "expired")
+            return _gone(record.episode_id, "expired")
+        return None
 
     def _unlock(self, keys: list[str], token: str) -> None:
         # best effort: if Redis is unreachable the lock expires after lock_ttl_s
         with contextlib.suppress(StoreUnavailableError), self._guarded():
             self._release(keys=keys[4:], args=[token])
+
+    def _pipelined(self, calls: list[ScriptCall]) -> list[Any]:
+        """Run scripts in one pipeline of EVALSHA; their replies.
+
+        redis-py's own pipelined scripts ask SCRIPT EXISTS first, an extra round trip per
+        pipeline; here a script is loaded only when Redis answers NOSCRIPT (after a restart),
+        and then only the calls that were refused run again.
+        """
+        replies = self._evalsha(calls)
+        refused = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        for script in {id(calls[i][0]): calls[i][0] for i in refused}.values():
+            self._redis.script_load(script.script)
+        for i, reply in zip(refused, self._evalsha([calls[i] for i in refused]), strict=True):
+            replies[i] = reply
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    def _evalsha(self, calls: list[ScriptCall]) -> list[Any]:
+        if not calls:
+            return []
+        pipeline = self._redis.pipeline(transaction=False)
+        for script, keys, args in calls:
+            pipeline.evalsha(script.sha, len(keys), *keys, *args)
+        return list(pipeline.execute(raise_on_error=False))
 
     def _report_evictions(self, evicted: int) -> None:
         if evicted and self.on_evict is not None:

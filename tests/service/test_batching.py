@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from runtime.context import EpisodeContext
-from service.batching import LoopBatcher, MicroBatcher
+from service.batching import MicroBatcher, TurnBatcher
 from service.config import Settings
 from service.main import create_app
 from service.policy import Policy
@@ -77,36 +78,76 @@ def test_batched_inference_serves_the_same_actions_as_unbatched(
     np.testing.assert_allclose(actions[0], actions[1], rtol=1e-6)
 
 
-def test_loop_batcher_serves_one_turn_in_batches_of_at_most_max_size(tmp_path: Path) -> None:
-    policy = Policy.load(write_test_policy(tmp_path / "toy"))
-    sizes: list[int] = []
-    batcher = LoopBatcher(policy.predict, max_size=4, on_batch=sizes.append)
-    contexts = [
-        EpisodeContext.start([0.1 * i, 0.0, 1.0], 0.0, float(i), context_len=4, action_dim=2)
-        for i in range(10)
-    ]
+def test_turn_batcher_runs_one_turn_in_batches_of_at_most_max_size() -> None:
+    batches: list[list[int]] = []
 
-    async def together() -> list[Any]:
-        return await asyncio.gather(*(batcher.predict_one(c.window()) for c in contexts))
+    def doubled(jobs: list[int]) -> list[int | Exception]:
+        batches.append(jobs)
+        return [2 * job for job in jobs]
 
-    outputs = asyncio.run(together())
-    for context, (mean, _) in zip(contexts, outputs, strict=True):
-        expected, _ = policy.predict({k: v[None] for k, v in context.window().items()})
-        np.testing.assert_allclose(mean, expected[0], rtol=1e-6)
-    assert sizes == [4, 4, 2]
+    batcher: TurnBatcher[int, int] = TurnBatcher(doubled, max_size=4, inline=True)
+
+    async def together() -> list[int]:
+        return await asyncio.gather(*(batcher.submit(job) for job in range(10)))
+
+    assert asyncio.run(together()) == [2 * job for job in range(10)]
+    batcher.close()
+    assert batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 
 
-def test_loop_batcher_hands_errors_to_every_request_of_the_batch() -> None:
-    def fail(windows: dict[str, Any]) -> Any:
-        raise RuntimeError("model exploded")
+def test_turn_batcher_gathers_the_next_batch_while_one_runs_in_its_thread() -> None:
+    threads: list[str] = []
+    release = threading.Event()
 
-    window = {name: np.zeros(1) for name in ("states", "actions", "returns_to_go")}
-    window |= {name: np.zeros(1) for name in ("costs_to_go", "time_steps", "padding_mask")}
-    batcher = LoopBatcher(fail, max_size=4)
+    def run(jobs: list[int]) -> list[int | Exception]:
+        threads.append(threading.current_thread().name)
+        release.wait(5)
+        return list(jobs)
 
-    async def two() -> list[Any]:
-        calls = (batcher.predict_one(window), batcher.predict_one(window))
+    batcher: TurnBatcher[int, int] = TurnBatcher(run, max_size=32, inline=True)
+
+    async def overlapping() -> list[int]:
+        first = asyncio.gather(*(batcher.submit(job) for job in (0, 1)))  # company: a thread
+        await asyncio.sleep(0.05)  # the loop is free while the first batch runs
+        later = asyncio.gather(*(batcher.submit(job) for job in (2, 3, 4)))
+        await asyncio.sleep(0.05)
+        release.set()
+        return [*await first, *await later]
+
+    assert asyncio.run(overlapping()) == [0, 1, 2, 3, 4]
+    batcher.close()
+    assert len(threads) == 2 and all(name.startswith("cdt-turn-batch") for name in threads)
+
+
+def test_turn_batcher_runs_a_lone_job_inline_only_when_allowed() -> None:
+    for inline, expected in ((True, "MainThread"), (False, "cdt-turn-batch")):
+        where: list[str] = []
+
+        def run(jobs: list[int], where: list[str] = where) -> list[int | Exception]:
+            where.append(threading.current_thread().name)
+            return list(jobs)
+
+        batcher: TurnBatcher[int, int] = TurnBatcher(run, max_size=4, inline=inline)
+        assert asyncio.run(batcher.submit(7)) == 7
+        batcher.close()
+        assert where[0].startswith(expected)
+
+
+def test_turn_batcher_hands_each_job_its_outcome_and_a_crash_to_every_job() -> None:
+    def per_job(jobs: list[int]) -> list[int | Exception]:
+        return [RuntimeError(f"job {job} refused") if job % 2 else job for job in jobs]
+
+    def crash(jobs: list[int]) -> list[int | Exception]:
+        raise RuntimeError("batch exploded")
+
+    async def three(batcher: TurnBatcher[int, int]) -> list[Any]:
+        calls = (batcher.submit(job) for job in range(3))
         return await asyncio.gather(*calls, return_exceptions=True)
 
-    errors = asyncio.run(two())
-    assert [str(error) for error in errors] == ["model exploded", "model exploded"]
+    for run, expected in (
+        (per_job, ["0", "job 1 refused", "2"]),
+        (crash, ["batch exploded"] * 3),
+    ):
+        batcher: TurnBatcher[int, int] = TurnBatcher(run, max_size=4, inline=False)
+        assert [str(outcome) for outcome in asyncio.run(three(batcher))] == expected
+        batcher.close()

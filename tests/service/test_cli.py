@@ -116,12 +116,3 @@ def test_serve_runs_uvicorn_with_the_guarded_protocol(
     (call,) = served
     assert call["http"] is GuardedHTTPProtocol and call["factory"]
     assert os.environ["CDT_HTTP_KEEP_ALIVE_S"] == "3.0"
-
-
-def test_serve_loop_batch_with_redis_exits_2_naming_the_setting(
-    served: list[dict[str, Any]], capsys: pytest.CaptureFixture[str], models_dir: Path
-) -> None:
-    options = ["--models-dir", str(models_dir), "--redis-url", "redis://127.0.0.1:6379/0"]
-    line = refusal([*options, "--inference", "loop-batch"], capsys)
-    assert line.startswith("cdt serve: invalid CDT_INFERENCE: ") and "in-memory store" in line
-    assert not served

@@ -18,8 +18,8 @@ from fastapi.testclient import TestClient
 from service.config import Settings
 from service.episode_state import Outputs
 from service.inference import (
+    Inference,
     LoopInference,
-    PendingAction,
     ThreadBatchInference,
     ThreadInference,
 )
@@ -373,27 +373,20 @@ async def serving(apps: list[FastAPI]) -> AsyncIterator[list[httpx.AsyncClient]]
 
 
 class ForwardGate:
-    """Holds every forward pass (in a worker thread or on the loop) while closed."""
+    """Holds every forward pass (in a worker or batch thread) while closed."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.entered, self.opened = threading.Event(), threading.Event()
         self.opened.set()
-        for threaded in (ThreadInference, ThreadBatchInference):
+        for threaded in (ThreadInference, ThreadBatchInference, LoopInference):
             monkeypatch.setattr(threaded, "forward", self._held(threaded.forward))
-        forward_on_loop = LoopInference.forward
+        monkeypatch.setattr(LoopInference, "inline_lone_calls", False)  # held off the loop
 
-        async def held_on_loop(inference: LoopInference, pending: PendingAction) -> Outputs:
-            self.entered.set()
-            await asyncio.to_thread(self.opened.wait, 5)
-            return await forward_on_loop(inference, pending)
-
-        monkeypatch.setattr(LoopInference, "forward", held_on_loop)
-
-    def _held(self, forward: Callable[[Any, PendingAction], Outputs]) -> Any:
-        def held(inference: ThreadInference, pending: PendingAction) -> Outputs:
+    def _held(self, forward: Callable[..., Outputs]) -> Any:
+        def held(inference: Inference, *args: Any) -> Outputs:
             self.entered.set()
             self.opened.wait(5)
-            return forward(inference, pending)
+            return forward(inference, *args)
 
         return held
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from pydantic import ValidationError
 
 from service.config import Settings
 from service.episode_state import EpisodeRecord, advance, next_revision, open_episode
@@ -72,7 +71,7 @@ def inference(
     ("mode", "store", "expected"),
     [
         (None, memory_store, LoopInference),
-        (None, redis_store, ThreadBatchInference),
+        (None, redis_store, LoopInference),
         ("thread", redis_store, ThreadInference),
         ("thread-batch", memory_store, ThreadBatchInference),
     ],
@@ -84,22 +83,6 @@ def test_make_inference_picks_the_named_mode_or_the_default_for_the_store(
     strategy = make_inference(chosen, store(), repository, Metrics())
     assert type(strategy) is expected
     strategy.close()
-
-
-def test_make_inference_refuses_loop_batch_on_redis(
-    settings: Settings, repository: ModelRepository
-) -> None:
-    loop = settings.model_copy(update={"inference": "loop-batch"})
-    with pytest.raises(ValueError, match="in-memory store"):
-        make_inference(loop, redis_store(), repository, Metrics())
-
-
-def test_settings_refuse_loop_batch_with_a_redis_url() -> None:
-    with pytest.raises(ValidationError) as refused:
-        Settings(_env_file=None, redis_url=UNREACHABLE, inference="loop-batch")
-    assert refused.value.errors()[0]["loc"] == ("inference",)
-    assert "in-memory store" in str(refused.value)
-    assert Settings(_env_file=None, redis_url=UNREACHABLE, inference="thread-batch")
 
 
 def test_app_uses_the_mode_of_its_settings(settings: Settings) -> None:

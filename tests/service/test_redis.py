@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.config import Settings
-from service.inference import ThreadBatchInference
+from service.inference import LoopInference, ThreadBatchInference
 from service.main import create_app
 from tests.service.toy_policy import REDIS_URL
 
@@ -36,15 +36,18 @@ def run_on(clients: list[TestClient]) -> list[list[float]]:
     return actions
 
 
+@pytest.mark.parametrize(
+    ("mode", "strategy"), [(None, LoopInference), ("thread-batch", ThreadBatchInference)]
+)
 def test_redis_episode_alternating_instances_matches_one_instance(
-    redis_settings: Settings,
+    redis_settings: Settings, mode: str | None, strategy: type
 ) -> None:
+    chosen = redis_settings.model_copy(update={"inference": mode})
     with (
-        TestClient(create_app(redis_settings)) as first,
-        TestClient(create_app(redis_settings)) as second,
+        TestClient(create_app(chosen)) as first,
+        TestClient(create_app(chosen)) as second,
     ):
-        inference = first.app.state.service.inference  # type: ignore[attr-defined]
-        assert type(inference) is ThreadBatchInference  # Redis waits: calls go to worker threads
+        assert type(first.app.state.service.inference) is strategy  # type: ignore[attr-defined]
         assert run_on([first, second]) == run_on([first])
 
 

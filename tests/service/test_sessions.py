@@ -22,7 +22,7 @@ from service.errors import (
     StoreUnavailableError,
     TooManyEpisodesError,
 )
-from service.sessions import InMemorySessionStore, RedisSessionStore, SessionStore
+from service.sessions import Claim, InMemorySessionStore, RedisSessionStore, SessionStore
 from tests.service.clock import FakeClock
 from tests.service.toy_policy import REDIS_URL
 
@@ -202,6 +202,61 @@ def test_store_waiting_mutation_applies_after_the_one_in_flight(store: SessionSt
         waiting = pool.submit(store.mutate, "a", OWNER, next_revision)
         assert held.finish().revision == 1
         assert waiting.result(5).revision == 2
+
+
+def test_store_claim_many_answers_each_episode_and_commit_many_writes_the_changed(
+    store: SessionStore,
+) -> None:
+    store.create(make_record("a"))
+    store.create(make_record("b"))
+    store.delete("b", OWNER)
+    claims = store.claim_many([("a", OWNER), ("b", OWNER), ("c", OWNER), ("a", "mallory")])
+    claim, gone, unknown, others = claims
+    assert isinstance(claim, Claim) and claim.record.episode_id == "a"
+    assert isinstance(gone, EpisodeGoneError) and isinstance(unknown, EpisodeNotFoundError)
+    assert isinstance(others, EpisodeNotFoundError)  # another owner's: 404, not 410
+    assert store.commit_many([(claim, next_revision(claim.record))]) == [None]
+    (again,) = store.claim_many([("a", OWNER)])
+    assert isinstance(again, Claim) and again.record.revision == 1
+    assert store.commit_many([(again, again.record)]) == [None]  # only released
+    assert store.mutate("a", OWNER, next_revision).revision == 2
+
+
+@pytest.mark.redis
+def test_redis_store_claim_is_a_lock_other_replicas_wait_for(redis_prefix: str) -> None:
+    store, replica = (
+        RedisSessionStore(
+            REDIS_URL, ttl_s=60.0, max_episodes=2, prefix=redis_prefix, lock_wait_s=0.05
+        )
+        for _ in range(2)
+    )
+    store.create(make_record("a"))
+    (claim,) = store.claim_many([("a", OWNER)])
+    assert isinstance(claim, Claim)
+    assert replica.claim_many([("a", OWNER)]) == [None]  # held: try again later
+    with pytest.raises(EpisodeBusyError):
+        replica.mutate("a", OWNER, next_revision)
+    store.commit_many([(claim, next_revision(claim.record))])
+    assert replica.mutate("a", OWNER, next_revision).revision == 2
+    store.close()
+    replica.close()
+
+
+@pytest.mark.redis
+def test_redis_store_reloads_its_scripts_after_a_script_flush(redis_prefix: str) -> None:
+    import redis
+
+    store = RedisSessionStore(REDIS_URL, ttl_s=60.0, max_episodes=1, prefix=redis_prefix)
+    store.create(make_record("a"))
+    connection = redis.Redis.from_url(REDIS_URL)
+    connection.script_flush()  # what a Redis restart does to the script cache
+    (claim,) = store.claim_many([("a", OWNER)])
+    assert isinstance(claim, Claim)
+    connection.script_flush()
+    assert store.commit_many([(claim, next_revision(claim.record))]) == [None]
+    assert store.get("a", OWNER).revision == 1
+    connection.close()
+    store.close()
 
 
 def test_memory_store_idle_episode_expires_with_410_and_counts_eviction() -> None:
