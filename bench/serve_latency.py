@@ -235,7 +235,10 @@ def measure_in_process(models_dir: Path, card: Any, steps: int) -> Sample:
             latencies.append(time.perf_counter() - sent)
         return latencies, time.perf_counter() - began
 
-    return asyncio.run(episode())
+    try:
+        return asyncio.run(episode())
+    finally:
+        inference.close()
 
 
 async def echo_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -455,7 +458,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--redis-inference",
-        choices=("thread", "thread-batch"),
+        choices=("loop-batch", "thread", "thread-batch"),
         help="CDT_INFERENCE of the 2-workers row (default: the service's default with Redis)",
     )
     args = parser.parse_args(argv)
