@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -242,21 +243,30 @@ def test_redis_store_claim_is_a_lock_other_replicas_wait_for(redis_prefix: str) 
     replica.close()
 
 
-@pytest.mark.redis
-def test_redis_store_reloads_its_scripts_after_a_script_flush(redis_prefix: str) -> None:
+@pytest.fixture
+def redis_with_episode_a(redis_prefix: str) -> Iterator[tuple[RedisSessionStore, Any]]:
+    """A Redis store holding episode "a", and a raw connection to the same Redis."""
     import redis
 
     store = RedisSessionStore(REDIS_URL, ttl_s=60.0, max_episodes=1, prefix=redis_prefix)
     store.create(make_record("a"))
     connection = redis.Redis.from_url(REDIS_URL)
+    yield store, connection
+    connection.close()
+    store.close()
+
+
+@pytest.mark.redis
+def test_redis_store_reloads_its_scripts_after_a_script_flush(
+    redis_with_episode_a: tuple[RedisSessionStore, Any],
+) -> None:
+    store, connection = redis_with_episode_a
     connection.script_flush()  # what a Redis restart does to the script cache
     (claim,) = store.claim_many([("a", OWNER)])
     assert isinstance(claim, Claim)
     connection.script_flush()
     assert store.commit_many([(claim, next_revision(claim.record))]) == [None]
     assert store.get("a", OWNER).revision == 1
-    connection.close()
-    store.close()
 
 
 def test_memory_store_idle_episode_expires_with_410_and_counts_eviction() -> None:
@@ -300,16 +310,12 @@ def test_redis_store_idle_episode_expires_with_410(redis_prefix: str) -> None:
 
 
 @pytest.mark.redis
-def test_redis_store_lock_of_a_dead_replica_expires(redis_prefix: str) -> None:
-    import redis
-
-    store = RedisSessionStore(REDIS_URL, ttl_s=60.0, max_episodes=1, prefix=redis_prefix)
-    store.create(make_record("a"))
-    connection = redis.Redis.from_url(REDIS_URL)
+def test_redis_store_lock_of_a_dead_replica_expires(
+    redis_with_episode_a: tuple[RedisSessionStore, Any], redis_prefix: str
+) -> None:
+    store, connection = redis_with_episode_a
     connection.set(f"{redis_prefix}:lock:a", "dead-replica", px=50)  # it died holding the lock
     assert store.mutate("a", OWNER, next_revision).revision == 1
-    connection.close()
-    store.close()
 
 
 def test_redis_store_unreachable_raises_store_unavailable() -> None:
