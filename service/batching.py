@@ -178,7 +178,11 @@ class TurnBatcher(Generic[Job, Outcome]):
     def _flush(self) -> None:
         if self._in_flight == self._threads or not self._waiting:
             return  # a batch in flight flushes again when it is done
+        # a call cancelled before its batch starts (client gone) changes nothing
+        self._waiting = [(job, future) for job, future in self._waiting if not future.done()]
         batch, self._waiting = self._waiting[: self._max_size], self._waiting[self._max_size :]
+        if not batch:
+            return
         lone = len(batch) == 1 and not self._waiting and not self._busy and not self._in_flight
         self._busy = len(batch) > 1
         jobs = [job for job, _ in batch]

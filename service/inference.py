@@ -184,11 +184,16 @@ class LoopInference(Inference):
         """Claim the mutated episodes, plan, run the forward passes, store; one answer per job."""
         answers: dict[int, Answer | Exception] = {}
         held, planned = self._claim_and_plan(jobs, answers)
-        planned |= {i: job.pending for i, job in enumerate(jobs) if isinstance(job, Creation)}
-        finished = self._forward_all(planned, answers)
-        for i, record in finished.items():
-            if isinstance(jobs[i], Creation):
-                answers[i] = self._created(record)
+        finished: dict[int, EpisodeRecord] = {}
+        try:
+            planned |= {i: job.pending for i, job in enumerate(jobs) if isinstance(job, Creation)}
+            finished = self._forward_all(planned, answers)
+            for i, record in finished.items():
+                if isinstance(jobs[i], Creation):
+                    answers[i] = self._created(record)
+        except BaseException:  # nothing is written, and every claim is released
+            self._commit([(claim, claim.record) for claim in held.values()])
+            raise
         writes = [(claim, finished.get(i, claim.record)) for i, claim in held.items()]
         failures = self._commit(writes)  # a refused plan or forward pass only unlocks
         for i, (_, updated), failure in zip(held, writes, failures, strict=True):

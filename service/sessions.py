@@ -156,6 +156,7 @@ class InMemorySessionStore:
         self._owned: Counter[str] = Counter()  # live episodes per owner
         self._lock = threading.Lock()  # the dicts above
         self._episode_locks = ThreadLocks()  # one episode across a whole mutation
+        self._claimed: set[str] = set()  # episodes a batch holds (`claim_many`)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Self:
@@ -206,15 +207,22 @@ class InMemorySessionStore:
             return record
 
     def claim_many(self, episodes: list[tuple[str, str]]) -> list[Claimed]:
-        """Read several episodes. No lock: the caller runs one call per episode at a time."""
+        """Read several episodes and hold them until `commit_many` (None for one held already:
+        a request whose caller gave up may still be running in another batch)."""
         claims: list[Claimed] = []
         with self._lock:
             self._sweep()
             for episode_id, owner in episodes:
                 try:
-                    claims.append(Claim(self._get(episode_id, owner)))
+                    record = self._get(episode_id, owner)
                 except ServiceError as error:
                     claims.append(error)
+                    continue
+                if episode_id in self._claimed:
+                    claims.append(None)
+                    continue
+                self._claimed.add(episode_id)
+                claims.append(Claim(record))
         return claims
 
     def commit_many(self, writes: list[tuple[Claim, EpisodeRecord]]) -> list[ServiceError | None]:
@@ -223,6 +231,7 @@ class InMemorySessionStore:
         with self._lock:
             self._sweep()
             for claim, updated in writes:
+                self._claimed.discard(updated.episode_id)
                 if updated is claim.record:
                     answers.append(None)
                     continue

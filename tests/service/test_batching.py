@@ -151,3 +151,24 @@ def test_turn_batcher_hands_each_job_its_outcome_and_a_crash_to_every_job() -> N
         batcher: TurnBatcher[int, int] = TurnBatcher(run, max_size=4, inline=False)
         assert [str(outcome) for outcome in asyncio.run(three(batcher))] == expected
         batcher.close()
+
+
+def test_turn_batcher_skips_a_job_cancelled_before_its_batch_starts() -> None:
+    ran: list[int] = []
+
+    def run(jobs: list[int]) -> list[int | Exception]:
+        ran.extend(jobs)
+        return list(jobs)
+
+    batcher: TurnBatcher[int, int] = TurnBatcher(run, max_size=4, inline=False)
+
+    async def one_cancelled() -> list[int]:
+        gone = asyncio.ensure_future(batcher.submit(1))
+        kept = asyncio.ensure_future(batcher.submit(2))
+        await asyncio.sleep(0)  # both queued, the flush not yet run
+        gone.cancel()
+        return [await kept]
+
+    assert asyncio.run(one_cancelled()) == [2]
+    batcher.close()
+    assert ran == [2]

@@ -141,3 +141,25 @@ def test_inference_modes_sample_the_same_actions(
         strategy.close()
         actions.append([first.context.last_action.tolist(), second.context.last_action.tolist()])
     assert actions[0] == actions[1] == actions[2]
+
+
+def test_loop_batch_that_fails_unexpectedly_releases_its_claims(
+    settings: Settings, repository: ModelRepository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    strategy = make_inference(settings, memory_store(), repository, Metrics())
+    policy = repository.current("toy")
+    started(strategy, policy)
+
+    def broken(*_: Any) -> Any:
+        raise RuntimeError("a bug after the claims")
+
+    def plan(record: EpisodeRecord) -> PendingAction:
+        context = advance(record.context, STEP, policy.card)
+        return PendingAction(policy, next_revision(record, context, now=1.0))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(LoopInference, "_forward_all", broken)
+        with pytest.raises(RuntimeError, match="a bug"):
+            asyncio.run(strategy.mutate("e1", "", plan))
+    assert asyncio.run(strategy.mutate("e1", "", plan)).revision == 1  # not held any more
+    strategy.close()

@@ -216,6 +216,7 @@ def test_store_claim_many_answers_each_episode_and_commit_many_writes_the_change
     assert isinstance(claim, Claim) and claim.record.episode_id == "a"
     assert isinstance(gone, EpisodeGoneError) and isinstance(unknown, EpisodeNotFoundError)
     assert isinstance(others, EpisodeNotFoundError)  # another owner's: 404, not 410
+    assert store.claim_many([("a", OWNER)]) == [None]  # held until committed: try again later
     assert store.commit_many([(claim, next_revision(claim.record))]) == [None]
     (again,) = store.claim_many([("a", OWNER)])
     assert isinstance(again, Claim) and again.record.revision == 1
