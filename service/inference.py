@@ -111,7 +111,8 @@ class Creation:
 
 Job = Mutation | Creation
 Answer = EpisodeRecord | None
-"""A job's stored record, or None: another worker or replica held the episode (try again)."""
+"""A job's stored record, or None: another call (another batch, worker or replica) held the
+episode; try again."""
 
 
 class LoopInference(Inference):
@@ -119,9 +120,9 @@ class LoopInference(Inference):
     in a batch thread (`TurnBatcher`): the store reads (on Redis one pipelined round trip for
     the whole batch), one forward pass per model, then the store writes (one more round trip).
 
-    The loop's `LoopLocks` keep one call per episode in this process; across Redis replicas the
-    claims are Redis locks, and a call whose episode another replica holds is tried again in a
-    later batch until `episode_lock_wait_s`.
+    The loop's `LoopLocks` keep one call per episode in this process, and the batch's claims hold
+    each episode from read to write (Redis locks across replicas); a call whose episode is held
+    elsewhere is tried again in a later batch until `episode_lock_wait_s`.
     """
 
     inline_lone_calls = True
@@ -170,7 +171,7 @@ class LoopInference(Inference):
             return call()
 
     def close(self) -> None:
-        """Stop the batch thread after the batch in flight."""
+        """Stop the batch threads after the batches in flight."""
         self.batcher.close()
 
     def forward(self, policy: Policy, windows: list[Window]) -> Outputs:
