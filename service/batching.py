@@ -133,9 +133,9 @@ class TurnBatcher(Generic[Job, Outcome]):
 
     Nothing waits for company: the first job of a turn schedules one flush with `call_soon`,
     which runs after every request the loop already woke (a burst of frames from many sockets)
-    has submitted its job. A batch runs in the batcher's own thread, one batch at a time, so
-    the loop keeps reading and answering other requests meanwhile and the next batch gathers
-    while this one runs: on 2 cores the forward passes take one core and the loop the other.
+    has submitted its job. Batches run in the batcher's own threads, at most `threads` at once,
+    so the loop keeps reading and answering other requests meanwhile and the next batch gathers
+    while others run: on 2 cores two batches' forward passes run side by side.
     With `inline`, a lone job (one episode stepping alone) runs on the loop itself and skips
     the thread hand-off; only for runs that never block (the in-memory store).
 
@@ -172,7 +172,7 @@ class TurnBatcher(Generic[Job, Outcome]):
         return await future
 
     def close(self) -> None:
-        """Let the batch in flight finish; later batches are refused."""
+        """Let the batches in flight finish; later batches are refused."""
         self._executor.shutdown(wait=True)
 
     def _flush(self) -> None:
@@ -202,6 +202,10 @@ class TurnBatcher(Generic[Job, Outcome]):
     ) -> None:
         self._in_flight -= 1
         outcomes: list[Outcome | Exception]
+        if done.cancelled():  # the loop is shutting down
+            for _, future in batch:
+                future.cancel()
+            return
         try:
             outcomes = done.result()
         except Exception as error:  # the executor refused the batch (shutting down)

@@ -3,8 +3,9 @@
 Both keep the same contract: `create` enforces the live-episode cap and the per-owner quota, idle
 episodes expire after `ttl_s` of no writes, ended and expired ids answer 410 for `ended_ttl_s`
 (404 after that), an episode is visible to its owner only (404 for everyone else), and `mutate`
-runs a change under the episode's lock, so concurrent requests on one episode (from any worker or
-replica) apply one after the other instead of failing.
+runs a change under the episode's lock (`claim_many` and `commit_many` do the same for a batch of
+episodes), so concurrent requests on one episode (from any worker or replica) apply one after the
+other instead of failing.
 """
 
 from __future__ import annotations
@@ -51,16 +52,16 @@ Change = Callable[[EpisodeRecord], EpisodeRecord]
 
 @dataclass(frozen=True)
 class Claim:
-    """An episode read for a mutation, held (on Redis, locked) until `commit_many` is called."""
+    """An episode read for a mutation and held (on Redis, locked) until `commit_many`."""
 
     record: EpisodeRecord
     token: str = ""
-    """The Redis lock's token ("" in memory, where the caller serialises one episode's calls)."""
+    """The Redis lock's token ("" in memory, where the store keeps the held ids itself)."""
 
 
 Claimed = Claim | ServiceError | None
 """`claim_many`'s answer per episode: the claim, 404/410/503, or None while another request
-(another worker or replica) holds the episode: try again shortly."""
+(another batch, worker or replica) holds the episode: try again shortly."""
 
 
 class SessionStore(Protocol):
@@ -83,7 +84,7 @@ class SessionStore(Protocol):
         """End an episode (after any mutation in flight) and return its last record."""
 
     def claim_many(self, episodes: list[tuple[str, str]]) -> list[Claimed]:
-        """Read (and on Redis lock) several (episode_id, owner) at once, for one batch."""
+        """Read and hold several (episode_id, owner) at once, for one batch."""
 
     def commit_many(self, writes: list[tuple[Claim, EpisodeRecord]]) -> list[ServiceError | None]:
         """Store each claim's new record (or only release it when the record is the claimed one
