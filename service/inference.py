@@ -11,9 +11,9 @@
 
 `EpisodeService` states each change as a pure `Plan` (`service.episode_state`); a strategy runs it
 keeping two promises: a mutation holds its episode's lock from read to write, the forward pass
-included (the loop's `LoopLocks` plus, on Redis, the batch's claims; or the store's own lock, a
-thread or Redis lock held by the worker thread), and a call that fails leaves the episode
-unchanged (plans work on copies).
+included (the loop's `LoopLocks` plus the batch's claims, Redis locks across replicas; or the
+store's own lock, a thread or Redis lock held by the worker thread), and a call that fails leaves
+the episode unchanged (plans work on copies).
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
@@ -34,14 +35,13 @@ from service.batching import MicroBatcher, TurnBatcher
 from service.config import Settings
 from service.episode_state import EpisodeRecord, Outputs, Window, act
 from service.errors import ModelError
-from service.locks import LOCK_POLL_S, LoopLocks, episode_busy
+from service.locks import LoopLocks, poll_pauses
 from service.metrics import Metrics
 from service.policy import ModelRepository, Policy
 from service.sessions import Claim, Claimed, InMemorySessionStore, SessionStore
 
 logger = logging.getLogger(__name__)
 Result = TypeVar("Result")
-Batcher = TypeVar("Batcher")
 PolicyKey = tuple[str, str, str]
 
 
@@ -153,14 +153,10 @@ class LoopInference(Inference):
     async def mutate(self, episode_id: str, owner: str, plan: Plan) -> EpisodeRecord:
         """Apply `plan` to the episode under its lock, forward pass included; the stored record."""
         async with self._locks.hold(episode_id, self._lock_wait_s):
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + self._lock_wait_s
-            pause, longest = LOCK_POLL_S
+            deadline = time.monotonic() + self._lock_wait_s
+            pauses = poll_pauses(episode_id, self._lock_wait_s, deadline)
             while (answer := await self.batcher.submit(Mutation(episode_id, owner, plan))) is None:
-                if loop.time() + pause > deadline:
-                    raise episode_busy(episode_id, self._lock_wait_s)
-                await asyncio.sleep(pause)
-                pause = min(2 * pause, longest)
+                await asyncio.sleep(next(pauses))
             return answer
 
     async def run(self, episode_id: str, call: Callable[[], Result]) -> Result:
@@ -332,9 +328,7 @@ class ThreadBatchInference(ThreadInference):
             max_wait_s=settings.batch_max_wait_ms / 1000.0,
             on_batch=metrics.batch_size.observe,
         )
-        self.batchers = BatcherPool(
-            lambda policy: make(policy.predict), repository, MicroBatcher.close
-        )
+        self.batchers = BatcherPool(lambda policy: make(policy.predict), repository)
 
     def forward(self, pending: PendingAction) -> Outputs:
         """The forward pass for `pending`, micro-batched with other threads' passes."""
@@ -348,43 +342,34 @@ class ThreadBatchInference(ThreadInference):
         self.batchers.close()
 
 
-class BatcherPool(Generic[Batcher]):
-    """One batcher per loaded model file; those of versions a reload let go of are dropped."""
+class BatcherPool:
+    """One `MicroBatcher` per loaded model file; those of versions a reload let go of are
+    stopped."""
 
-    def __init__(
-        self,
-        make: Callable[[Policy], Batcher],
-        repository: ModelRepository,
-        drop: Callable[[Batcher], None] | None = None,
-    ) -> None:
+    def __init__(self, make: Callable[[Policy], MicroBatcher], repository: ModelRepository) -> None:
         self._make = make
         self._repository = repository
-        self._drop = drop
         self._lock = threading.Lock()  # worker threads share the pool
-        self.held: dict[PolicyKey, Batcher] = {}
+        self.held: dict[PolicyKey, MicroBatcher] = {}
         """The batchers by (name, version, fingerprint): a replaced file gets a new batcher."""
 
-    def get(self, policy: Policy) -> Batcher:
+    def get(self, policy: Policy) -> MicroBatcher:
         """The batcher of `policy`, made on first use."""
         key = (policy.card.name, policy.card.version, policy.fingerprint)
         with self._lock:
             batcher = self.held.get(key)
             if batcher is None:
                 for gone in [held for held in self.held if not self._repository.serves(*held)]:
-                    self._close(self.held.pop(gone))
+                    self.held.pop(gone).close()
                 batcher = self.held[key] = self._make(policy)
             return batcher
 
     def close(self) -> None:
-        """Drop every batcher."""
+        """Stop every batcher."""
         with self._lock:
             for batcher in self.held.values():
-                self._close(batcher)
+                batcher.close()
             self.held.clear()
-
-    def _close(self, batcher: Batcher) -> None:
-        if self._drop is not None:
-            self._drop(batcher)
 
 
 def make_inference(

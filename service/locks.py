@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
@@ -17,6 +18,17 @@ from service.errors import EpisodeBusyError
 
 LOCK_POLL_S = (0.001, 0.02)
 """First and longest pause between tries of an episode another worker or replica holds."""
+
+
+def poll_pauses(episode_id: str, wait_s: float, deadline: float) -> Iterator[float]:
+    """Pauses between tries of an episode held elsewhere, doubling from 1 ms to 20 ms; raises the
+    retryable `EpisodeBusyError` (waited `wait_s`) once the next pause would pass `deadline`
+    (`time.monotonic`)."""
+    pause, longest = LOCK_POLL_S
+    while time.monotonic() + pause <= deadline:
+        yield pause
+        pause = min(2 * pause, longest)
+    raise episode_busy(episode_id, wait_s)
 
 
 def episode_busy(episode_id: str, wait_s: float) -> EpisodeBusyError:

@@ -40,7 +40,7 @@ from service.errors import (
     StoreUnavailableError,
     TooManyEpisodesError,
 )
-from service.locks import LOCK_POLL_S, ThreadLocks, episode_busy
+from service.locks import ThreadLocks, episode_busy, poll_pauses
 
 logger = logging.getLogger(__name__)
 EvictionHook = Callable[[int], None]
@@ -535,11 +535,11 @@ class RedisSessionStore:
         with self._guarded():
             replies = self._pipelined(calls)
         claims: list[Claimed] = []
-        for (episode_id, owner), token, (outcome, value) in zip(
-            episodes, tokens, replies, strict=True
+        for (episode_id, owner), (_, keys, _), token, (outcome, value) in zip(
+            episodes, calls, tokens, replies, strict=True
         ):
             if int(outcome) == 1:
-                claims.append(self._claimed(value, self._keys(episode_id, owner), token))
+                claims.append(self._claimed(value, keys, token))
             elif int(outcome) == 0:
                 claims.append(None)
             else:
@@ -603,7 +603,7 @@ class RedisSessionStore:
         Raises 404 or 410 when `owner` has no such episode, `EpisodeBusyError` when the lock is
         still held at `deadline` (monotonic).
         """
-        pause, longest = LOCK_POLL_S
+        pauses = poll_pauses(episode_id, self.lock_wait_s, deadline)
         while True:
             with self._guarded():
                 outcome, value = attempt()
@@ -611,10 +611,7 @@ class RedisSessionStore:
                 return bytes(value)
             if int(outcome) < 0:
                 raise _missing(episode_id, owner, _text(value))
-            if time.monotonic() + pause > deadline:
-                raise episode_busy(episode_id, self.lock_wait_s)
-            time.sleep(pause)
-            pause = min(2 * pause, longest)
+            time.sleep(next(pauses))
 
     def _store(self, record: EpisodeRecord, keys: list[str], token: str) -> None:
         """Write a mutated record and release its lock in one script."""
