@@ -34,3 +34,21 @@ def test_pipeline_runs_missing_stages_and_skips_finished_ones(
     seconds = run_pipeline(config, stages)  # type: ignore[arg-type]
     assert ran == ["collect", "train", "train", "select"]  # collect is not run again
     assert seconds["collect"] == 0.0 and set(seconds) == set(outputs)
+
+
+def test_pipeline_trains_with_the_measured_recipe_of_its_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("training.learn.train.cpu_has_native_bf16", lambda: False)
+    cpu = PipelineConfig(task="SafetyCarRun-v0")
+    assert cpu.training_args() == [
+        "--preset", "paper", "--device", "cpu", "--update-steps", "14000", "--batch-size", "256",
+    ]  # fmt: skip
+    assert cpu.first_selected_step == 8_000
+    monkeypatch.setattr("training.learn.train.cpu_has_native_bf16", lambda: True)
+    assert PipelineConfig(task="SafetyCarRun-v0").training_args()[-1] == "--bf16"
+    gpu = PipelineConfig(task="SafetyCarRun-v0", device="cuda", update_steps=9_000)
+    assert gpu.training_args() == [
+        "--preset", "paper", "--device", "cuda", "--update-steps", "9000", "--bf16",
+    ]  # fmt: skip
+    assert gpu.first_selected_step == 6_000
