@@ -145,7 +145,7 @@ Stage = tuple[str, Callable[[PipelineConfig], None], Callable[[PipelineConfig], 
 STAGES: list[Stage] = [
     ("collect", collect, lambda c: c.dataset.is_file()),
     ("train", train, _trained),
-    ("select", select, lambda c: (c.run_dir / "selection.json").is_file()),
+    ("select", select, lambda c: (c.run_dir / "best.pt").is_file()),  # training writes none
     ("export", export, lambda c: (c.model_dir / "model.onnx").is_file()),
     ("evaluate", evaluate, lambda c: c.report.is_file()),
 ]

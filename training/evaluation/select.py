@@ -3,7 +3,7 @@
 For runs trained where no simulator runs (a GPU machine, `--eval-every 0 --keep-checkpoints`):
 every `step_<N>.pt` is evaluated here exactly as in-training selection would (the same budgets,
 target rewards, action modes and selection seeds), and the best admissible one is copied to
-`best.pt` with its evaluation. `selection.json` lists every checkpoint's rows.
+`best.pt` with its evaluation. `selection.json` lists every checkpoint's rows; a rerun reuses them.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from runtime.files import write_atomic
 from runtime.protocol import BudgetRow, SelectionRule
 from training.data.windows import NormalisationStats
 from training.evaluation.selection import describe, evaluate_selection, selection_record
@@ -42,43 +43,74 @@ def score_checkpoint(
     return selection_record(int(checkpoint["step"]), rows, rule, budget_scale)
 
 
+def _measured_rows(listing: Path) -> dict[tuple[str, int, float], list[dict[str, Any]]]:
+    """Rows a previous `cdt select` measured, by (checkpoint, its mtime, budget scale)."""
+    try:
+        records = json.loads(listing.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {
+        (record["checkpoint"], record.get("checkpoint_mtime_ns", -1), record["budget_scale"]): (
+            record["rows"]
+        )
+        for record in records
+    }
+
+
 def select_best(
     run_dir: Path,
     rule: SelectionRule,
     from_step: int = 0,
     budget_scales: tuple[float, ...] = BUDGET_SCALES,
 ) -> tuple[Path, dict[str, Any]]:
-    """Evaluate the kept checkpoints from `from_step` on; write best.pt and selection.json."""
+    """Evaluate the kept checkpoints from `from_step` on; write best.pt and selection.json.
+
+    selection.json is rewritten after every evaluation, and its rows are reused by a later call
+    (re-scored under that call's rule) while the checkpoint file is unchanged: rerunning as a run
+    keeps writing checkpoints, or after an interruption, evaluates only what is new.
+    """
     candidates = [
         path for path in sorted(run_dir.glob("step_*.pt")) if int(path.stem[5:]) >= from_step
     ]
     if not candidates:
         raise SystemExit(f"cdt select: no step_*.pt in {run_dir} (train with --keep-checkpoints)")
-    best: tuple[float, dict[str, Any], dict[str, Any]] = (-math.inf, {}, {})
-    evaluations = []
+    listing = run_dir / "selection.json"
+    measured = _measured_rows(listing)
+    best_score, best_path, best_evaluation = -math.inf, None, {}
+    evaluations: list[dict[str, Any]] = []
     for path in candidates:
-        checkpoint = load_checkpoint(path)
+        mtime_ns = path.stat().st_mtime_ns
+        checkpoint: dict[str, Any] | None = None
         for budget_scale in budget_scales:  # largest first: stop at the first admissible one
-            evaluation = score_checkpoint(checkpoint, rule, budget_scale)
-            evaluations.append({"checkpoint": path.name, **evaluation})
-            rows = [BudgetRow(**row) for row in evaluation["rows"]]
+            rows_measured = measured.get((path.name, mtime_ns, budget_scale))
+            if rows_measured is None:
+                checkpoint = checkpoint or load_checkpoint(path)
+                evaluation = score_checkpoint(checkpoint, rule, budget_scale)
+            else:
+                rows = [BudgetRow(**row) for row in rows_measured]
+                evaluation = selection_record(int(path.stem[5:]), rows, rule, budget_scale)
+            evaluations.append({"checkpoint": path.name, "checkpoint_mtime_ns": mtime_ns})
+            evaluations[-1] |= evaluation
+            write_atomic(
+                listing, lambda file: file.write_text(json.dumps(evaluations, indent=2) + "\n")
+            )
             logger.info(
-                "%s x%.2f: score %.2f; %s",
+                "%s x%.2f: score %.2f%s; %s",
                 path.name,
                 budget_scale,
                 evaluation["score"],
-                describe(rows),
+                "" if rows_measured is None else " (measured before)",
+                describe([BudgetRow(**row) for row in evaluation["rows"]]),
             )
-            if evaluation["score"] > best[0]:
-                best = (evaluation["score"], checkpoint, evaluation)
+            if best_path is None or evaluation["score"] > best_score:
+                best_score, best_path, best_evaluation = evaluation["score"], path, evaluation
             if evaluation["admissible"]:
                 break
-    _, checkpoint, evaluation = best
-    payload = {key: value for key, value in checkpoint.items() if key != "format"}  # restamped
-    payload |= {"evaluation": evaluation, "budget_scale": evaluation["budget_scale"]}
+    assert best_path is not None  # candidates is not empty
+    payload = {key: value for key, value in load_checkpoint(best_path).items() if key != "format"}
+    payload |= {"evaluation": best_evaluation, "budget_scale": best_evaluation["budget_scale"]}
     write_checkpoint(run_dir / "best.pt", payload)
-    (run_dir / "selection.json").write_text(json.dumps(evaluations, indent=2) + "\n")
-    return run_dir / "best.pt", evaluation
+    return run_dir / "best.pt", best_evaluation
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -54,3 +54,37 @@ def test_select_best_tries_scales_largest_first_and_keeps_the_admissible_one(
 def test_select_refuses_a_folder_without_kept_checkpoints(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="--keep-checkpoints"):
         select.select_best(tmp_path, SelectionRule())
+
+
+def test_select_reuses_what_it_measured_until_a_checkpoint_changes(
+    exported_policy: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoint, _ = exported_policy
+    for step in (3, 4):
+        shutil.copy(checkpoint, tmp_path / f"step_000000{step}.pt")
+    calls: list[float] = []
+    measure = fake_evaluate(calls)
+
+    def interrupted_after_three(*args: Any) -> list[EpisodeResult]:
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return measure(*args)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(selection, "evaluate_model", interrupted_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        select.select_best(tmp_path, SelectionRule(0.9, 0.2))
+    assert len(json.loads((tmp_path / "selection.json").read_text())) == 3  # step 3, kept
+
+    monkeypatch.setattr(selection, "evaluate_model", measure)
+    calls.clear()
+    _, evaluation = select.select_best(tmp_path, SelectionRule(0.9, 0.2))
+    assert calls == [1.0, 0.8, 0.6]  # step 4 only
+    assert evaluation["admissible"] and evaluation["budget_scale"] == 0.6
+
+    calls.clear()
+    _, evaluation = select.select_best(tmp_path, SelectionRule(0.5, 0.2))  # a stricter rule
+    assert calls == [] and not evaluation["admissible"]  # re-scored, not re-measured
+
+    (tmp_path / "step_0000004.pt").touch()  # a rewritten checkpoint is measured again
+    select.select_best(tmp_path, SelectionRule(0.9, 0.2))
+    assert calls == [1.0, 0.8, 0.6]
