@@ -47,6 +47,7 @@ def test_pipeline_trains_with_the_measured_recipe_of_its_device(
     assert cpu.first_selected_step == 8_000
     monkeypatch.setattr("training.learn.train.cpu_has_native_bf16", lambda: True)
     assert PipelineConfig(task="SafetyCarRun-v0").training_args()[-1] == "--bf16"
+    assert "--bf16" not in PipelineConfig(task="SafetyCarRun-v0", preset="cpu").training_args()
     gpu = PipelineConfig(task="SafetyCarRun-v0", device="cuda", update_steps=9_000)
     assert gpu.training_args() == [
         "--preset", "paper", "--device", "cuda", "--update-steps", "9000", "--bf16",
