@@ -86,6 +86,7 @@ def select_best(
             if rows_measured is None:
                 checkpoint = checkpoint or load_checkpoint(path)
                 evaluation = score_checkpoint(checkpoint, rule, budget_scale)
+                rows = [BudgetRow(**row) for row in evaluation["rows"]]
             else:
                 rows = [BudgetRow(**row) for row in rows_measured]
                 evaluation = selection_record(int(path.stem[5:]), rows, rule, budget_scale)
@@ -100,7 +101,7 @@ def select_best(
                 budget_scale,
                 evaluation["score"],
                 "" if rows_measured is None else " (measured before)",
-                describe([BudgetRow(**row) for row in evaluation["rows"]]),
+                describe(rows),
             )
             if best_path is None or evaluation["score"] > best_score:
                 best_score, best_path, best_evaluation = evaluation["score"], path, evaluation
