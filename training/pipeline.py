@@ -41,6 +41,9 @@ class PipelineConfig:
     """first kept checkpoint selection considers; default 6,000 on a GPU, 8,000 on a CPU."""
     name: str | None = None
     """model name; default cdt-<task>, e.g. cdt-carrun."""
+    dataset: Path | None = None
+    """dataset to train on, collected there when missing; default datasets/<task>.hdf5 (shipped
+    for every paper task, so give another path to time the pipeline from nothing)."""
     episodes: int = 10
     """evaluation episodes per seed, per budget and action mode."""
     seeds: int = 2
@@ -76,8 +79,8 @@ class PipelineConfig:
         return self.name or "cdt-" + self.task.removeprefix("Safety").rsplit("-v", 1)[0].lower()
 
     @property
-    def dataset(self) -> Path:
-        return Path("datasets") / f"{self.task}.hdf5"
+    def dataset_path(self) -> Path:
+        return self.dataset or Path("datasets") / f"{self.task}.hdf5"
 
     @property
     def run_dir(self) -> Path:
@@ -95,7 +98,7 @@ class PipelineConfig:
 def collect(config: PipelineConfig) -> None:
     from training.collect.cli import CollectConfig, finalize, learn
 
-    collect_config = CollectConfig(task=config.task)
+    collect_config = CollectConfig(task=config.task, out=config.dataset_path)
     learn(collect_config)
     finalize(collect_config)
 
@@ -104,7 +107,7 @@ def train(config: PipelineConfig) -> None:
     from training.learn.config import parse_config
     from training.learn.train import train as train_run
 
-    args = ["--dataset", str(config.dataset), *config.training_args()]
+    args = ["--dataset", str(config.dataset_path), *config.training_args()]
     args += ["--eval-every", "0", "--checkpoint-every", "2000", "--keep-checkpoints"]
     args += ["--out-dir", str(config.run_dir.parent), "--run-name", config.run_dir.name]
     if (config.run_dir / "last.pt").is_file():  # an interrupted run continues where it stopped
@@ -145,7 +148,7 @@ def _trained(config: PipelineConfig) -> bool:
 
 Stage = tuple[str, Callable[[PipelineConfig], None], Callable[[PipelineConfig], bool]]
 STAGES: list[Stage] = [
-    ("collect", collect, lambda c: c.dataset.is_file()),
+    ("collect", collect, lambda c: c.dataset_path.is_file()),
     ("train", train, _trained),
     ("select", select, lambda c: (c.run_dir / "best.pt").is_file()),  # training writes none
     ("export", export, lambda c: (c.model_dir / "model.onnx").is_file()),

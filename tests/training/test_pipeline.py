@@ -53,3 +53,24 @@ def test_pipeline_trains_with_the_measured_recipe_of_its_device(
         "--preset", "paper", "--device", "cuda", "--update-steps", "9000", "--bf16",
     ]  # fmt: skip
     assert gpu.first_selected_step == 6_000
+
+
+def test_pipeline_collects_into_and_trains_on_the_dataset_it_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from training import pipeline
+
+    given = tmp_path / "fresh" / "SafetyCarRun-v0.hdf5"
+    config = PipelineConfig(task="SafetyCarRun-v0", dataset=given)
+    collected: list[Path] = []
+    monkeypatch.setattr("training.collect.cli.learn", lambda c: collected.append(c.output_path))
+    monkeypatch.setattr("training.collect.cli.finalize", lambda c: collected.append(c.output_path))
+    pipeline.collect(config)
+    assert collected == [given, given]
+    assert PipelineConfig(task="SafetyCarRun-v0").dataset_path == Path(
+        "datasets/SafetyCarRun-v0.hdf5"
+    )
+    assert not pipeline.STAGES[0][2](config)  # collect counts as done only once that file exists
+    given.parent.mkdir()
+    given.touch()
+    assert pipeline.STAGES[0][2](config)
