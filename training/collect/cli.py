@@ -23,6 +23,7 @@ import tyro
 from tqdm import tqdm
 
 from runtime.files import write_atomic
+from training.collect.env_workers import open_envs
 from training.collect.ppo_lagrangian import (
     ActorCritic,
     PidLagrangian,
@@ -30,7 +31,7 @@ from training.collect.ppo_lagrangian import (
     RunningNormaliser,
     ppo_update,
 )
-from training.collect.rollout_collector import EpisodeRecorder, collect_epoch, make_envs
+from training.collect.rollout_collector import EpisodeRecorder, collect_epoch
 from training.data.dataset import REQUIRED_KEYS, Episode, load_dataset, save_dataset, split_episodes
 
 logger = logging.getLogger(__name__)
@@ -99,7 +100,10 @@ class CollectConfig:
     rise_end_epoch: int | None = None
     """n_2: the epoch at which the threshold reaches eps_2."""
     num_envs: int = 8
-    """envs stepped together (one process; the policy runs batched)."""
+    """envs stepped together (the policy runs batched)."""
+    env_workers: int = 2
+    """processes that step the envs (1: this process). The data depends on it (each process seeds
+    its own simulator noise), so it is fixed rather than taken from the machine's core count."""
     clip_ratio: float | None = None
     """PPO clip ratio (default: the task's schedule)."""
     gae_lambda: float | None = None
@@ -282,23 +286,26 @@ def learn(config: CollectConfig) -> None:
     torch.manual_seed(config.seed)
     # The networks are tiny: extra intra-op threads only fight the simulator for the cores.
     torch.set_num_threads(1)
-    envs = make_envs(config.task, config.num_envs)
-    observation_space, action_space = envs[0].observation_space, envs[0].action_space
-    observation_dim = int(np.prod(observation_space.shape or (1,)))
-    learner = _make_learner(config, observation_dim, int(np.prod(action_space.shape or (1,))))
-    recorder = EpisodeRecorder(envs, seed=config.seed * 10_000 + learner.first_epoch)
-    progress = tqdm(
-        range(learner.first_epoch, schedule.epochs),
-        desc=f"collect {config.task}",
-        unit="epoch",
-        initial=learner.first_epoch,
-        total=schedule.epochs,
-    )
-    for epoch in progress:
-        started = time.perf_counter()
-        fields = _run_epoch(config, schedule, learner, recorder, epoch)
-        speed = schedule.steps_per_epoch / (time.perf_counter() - started)
-        progress.set_postfix(**fields, steps_s=f"{speed:.0f}")
+    envs = open_envs(config.task, config.num_envs, config.env_workers)
+    try:
+        observation_dim = int(np.prod(envs.observation_space.shape or (1,)))
+        action_dim = int(np.prod(envs.action_space.shape or (1,)))
+        learner = _make_learner(config, observation_dim, action_dim)
+        recorder = EpisodeRecorder(envs, seed=config.seed * 10_000 + learner.first_epoch)
+        progress = tqdm(
+            range(learner.first_epoch, schedule.epochs),
+            desc=f"collect {config.task}",
+            unit="epoch",
+            initial=learner.first_epoch,
+            total=schedule.epochs,
+        )
+        for epoch in progress:
+            started = time.perf_counter()
+            fields = _run_epoch(config, schedule, learner, recorder, epoch)
+            speed = schedule.steps_per_epoch / (time.perf_counter() - started)
+            progress.set_postfix(**fields, steps_s=f"{speed:.0f}")
+    finally:
+        envs.close()
 
 
 def finalize(config: CollectConfig) -> Path:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from runtime.sim import make_env, seed_simulator
+from training.collect.env_workers import EnvGroup
 from training.collect.ppo_lagrangian import (
     ActorCritic,
     RolloutBatch,
@@ -18,11 +17,6 @@ from training.collect.ppo_lagrangian import (
     generalised_advantages,
 )
 from training.data.dataset import Episode
-
-
-def make_envs(task: str, count: int) -> list[gym.Env[Any, Any]]:
-    """Create `count` instances of a gymnasium task (Bullet-Safety-Gym ids are registered)."""
-    return [make_env(task) for _ in range(count)]
 
 
 @dataclass
@@ -52,16 +46,17 @@ class _EpisodeBuffer:
 class EpisodeRecorder:
     """Live envs, their current observations and the episodes they are in the middle of."""
 
-    def __init__(self, envs: list[gym.Env[Any, Any]], seed: int) -> None:
-        seed_simulator(seed)
+    def __init__(self, envs: EnvGroup, seed: int) -> None:
         self.envs = envs
-        self.buffers = [_EpisodeBuffer() for _ in envs]
-        self.observations = np.stack(
-            [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
-        ).astype(np.float64)
-        action_space = envs[0].action_space
+        self.buffers = [_EpisodeBuffer() for _ in range(envs.count)]
+        self.observations = envs.reset(seed)
+        action_space = envs.action_space
         assert isinstance(action_space, gym.spaces.Box), "the collector needs a Box action space"
         self.low, self.high = action_space.low, action_space.high
+
+    @property
+    def count(self) -> int:
+        return self.envs.count
 
     def step(
         self, actions: np.ndarray
@@ -72,29 +67,27 @@ class EpisodeRecorder:
             rewards, costs, terminated, done flags and next observations (the true last
             observation where an episode ended), each [n_envs, ...], plus the finished episodes.
         """
-        count = len(self.envs)
-        rewards, costs = np.zeros(count), np.zeros(count)
-        terminated, done = np.zeros(count, bool), np.zeros(count, bool)
-        next_observations = np.zeros_like(self.observations)
+        actions = np.clip(actions, self.low, self.high)
+        steps = self.envs.step(actions)
         finished: list[Episode] = []
-        for i, env in enumerate(self.envs):
-            action = np.clip(actions[i], self.low, self.high)
-            observation, reward, term, trunc, info = env.step(action)
-            rewards[i], costs[i] = reward, float(info.get("cost", 0.0))
-            terminated[i], done[i] = term, term or trunc
-            next_observations[i] = observation
-            buffer = self.buffers[i]
+        for i, buffer in enumerate(self.buffers):
             buffer.observations.append(self.observations[i].copy())
-            buffer.next_observations.append(np.asarray(observation))
-            buffer.actions.append(action)
-            buffer.rewards.append(float(reward))
-            buffer.costs.append(costs[i])
-            if done[i]:
-                finished.append(buffer.to_episode(terminated=bool(term)))
+            buffer.next_observations.append(steps.observations[i])
+            buffer.actions.append(actions[i])
+            buffer.rewards.append(float(steps.rewards[i]))
+            buffer.costs.append(float(steps.costs[i]))
+            if steps.done[i]:
+                finished.append(buffer.to_episode(terminated=bool(steps.terminated[i])))
                 self.buffers[i] = _EpisodeBuffer()
-                observation, _ = env.reset()
-            self.observations[i] = observation
-        return rewards, costs, terminated, done, next_observations, finished
+        self.observations = steps.next_observations
+        return (
+            steps.rewards,
+            steps.costs,
+            steps.terminated,
+            steps.done,
+            steps.observations,
+            finished,
+        )
 
 
 @dataclass
@@ -122,8 +115,8 @@ def collect_epoch(
     gae_lambda: float,
 ) -> EpochRollout:
     """Roll the current policy for `steps` env steps (over all envs) and build a PPO batch."""
-    horizon = max(1, steps // len(recorder.envs))
-    shape = (horizon, len(recorder.envs))
+    horizon = max(1, steps // recorder.count)
+    shape = (horizon, recorder.count)
     observations = np.zeros((*shape, recorder.observations.shape[1]), dtype=np.float32)
     actions = np.zeros((*shape, recorder.low.shape[0]), dtype=np.float32)
     log_probs, rewards, costs = np.zeros(shape), np.zeros(shape), np.zeros(shape)
@@ -162,7 +155,7 @@ def collect_epoch(
     def flat(array: np.ndarray) -> torch.Tensor:
         # [horizon, n_envs, ...] -> [horizon * n_envs, ...]
         return torch.as_tensor(
-            array.reshape(horizon * len(recorder.envs), *array.shape[2:]), dtype=torch.float32
+            array.reshape(horizon * recorder.count, *array.shape[2:]), dtype=torch.float32
         )
 
     batch = RolloutBatch(
