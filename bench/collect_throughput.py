@@ -2,14 +2,16 @@
 
     python bench/collect_throughput.py --task SafetyCarRun-v0 --steps 4000
 
-Prints figures measured in the same run: the bare simulator (random actions, one env), then for
-the envs in this process and split over `--env-workers` processes, the collector's rollout loop
-alone (policy forward passes included) and a full collector epoch (rollout + GAE + PPO update).
+Prints figures measured in the same run: the bare simulator (random actions, one env; alone, then
+two copies in two processes at once), then for the envs in this process and split over
+`--env-workers` processes, the collector's rollout loop alone (policy forward passes included)
+and a full collector epoch (rollout + GAE + PPO update).
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import time
 
 import numpy as np
@@ -63,8 +65,11 @@ def main() -> None:
     torch.set_num_threads(1)
     np.random.seed(0)
     bare = bare_simulator(args.task, args.steps)
+    with multiprocessing.get_context("spawn").Pool(2) as pool:  # what each core does beside a twin
+        twins = pool.starmap(bare_simulator, [(args.task, args.steps)] * 2)
     print(f"task {args.task}, {args.steps} steps, {args.num_envs} envs in the collector")
     print(f"bare simulator                 {bare:8.0f} steps/s")
+    print(f"bare simulator, 2 side by side {min(twins):8.0f} / {max(twins):.0f} steps/s each")
     collector(args.task, 400, args.num_envs, 1)  # the first PPO update pays torch's set-up
     for workers in (1, args.env_workers):
         rollout, epoch = collector(args.task, args.steps, args.num_envs, workers)

@@ -101,9 +101,10 @@ class CollectConfig:
     """n_2: the epoch at which the threshold reaches eps_2."""
     num_envs: int = 8
     """envs stepped together (the policy runs batched)."""
-    env_workers: int = 2
-    """processes that step the envs (1: this process). The data depends on it (each process seeds
-    its own simulator noise), so it is fixed rather than taken from the machine's core count."""
+    env_workers: int = 1
+    """processes that step the envs (1: this process). More pay on machines with spare cores; on
+    2 cores the gain was within the machine's noise. The data depends on it (each process seeds
+    its own simulator noise), so it is never taken from the machine's core count."""
     clip_ratio: float | None = None
     """PPO clip ratio (default: the task's schedule)."""
     gae_lambda: float | None = None
