@@ -8,6 +8,7 @@ collect (`datasets/<task>.hdf5`), train (`runs/pipeline-<name>/`, kept checkpoin
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -91,6 +92,10 @@ class PipelineConfig:
         return Path("models") / self.model_name
 
     @property
+    def stage_seconds(self) -> Path:
+        return self.run_dir / "stage_seconds.json"
+
+    @property
     def report(self) -> Path:
         return Path("reports") / self.model_name / "evaluation_protocol.json"
 
@@ -156,8 +161,22 @@ STAGES: list[Stage] = [
 ]
 
 
+def _add_stage_seconds(path: Path, stage: str, seconds: float) -> dict[str, float]:
+    """Add a stage's wall time to the totals kept over every run of this pipeline."""
+    from runtime.files import write_atomic
+
+    totals: dict[str, float] = json.loads(path.read_text()) if path.is_file() else {}
+    totals[stage] = totals.get(stage, 0.0) + seconds
+    write_atomic(path, lambda temporary: temporary.write_text(json.dumps(totals, indent=1)))
+    return totals
+
+
 def run_pipeline(config: PipelineConfig, stages: list[Stage] = STAGES) -> dict[str, float]:
-    """Run every stage whose output is missing; returns the seconds each stage ran (0 = skipped)."""
+    """Run every stage whose output is missing; returns the seconds each stage ran (0 = skipped).
+
+    Each stage's wall time, an interrupted one's included, is also added to `stage_seconds.json`
+    in the run's folder, so the time from nothing to a served policy survives stops and resumes.
+    """
     seconds: dict[str, float] = {}
     for number, (name, run, done) in enumerate(stages, start=1):
         if done(config):
@@ -166,8 +185,11 @@ def run_pipeline(config: PipelineConfig, stages: list[Stage] = STAGES) -> dict[s
             continue
         logger.info("[%d/%d] %s ...", number, len(stages), name)
         started = time.perf_counter()
-        run(config)
-        seconds[name] = time.perf_counter() - started
+        try:
+            run(config)
+        finally:
+            seconds[name] = time.perf_counter() - started
+            _add_stage_seconds(config.stage_seconds, name, seconds[name])
         logger.info("[%d/%d] %s: %.0f s", number, len(stages), name, seconds[name])
     return seconds
 
@@ -179,8 +201,13 @@ def main(argv: list[str] | None = None) -> None:
         PipelineConfig, args=sys.argv[1:] if argv is None else argv, prog="cdt pipeline"
     )
     seconds = run_pipeline(config)
-    print(f"{config.model_name}: {sum(seconds.values()):.0f} s this run ({seconds}); serve it with "
-          f"`cdt serve`, results in {config.report}")  # fmt: skip
+    totals = json.loads(config.stage_seconds.read_text()) if config.stage_seconds.is_file() else {}
+    stages = ", ".join(f"{name} {value:.0f}" for name, value in totals.items())
+    print(
+        f"{config.model_name}: {sum(seconds.values()):.0f} s this run, "
+        f"{sum(totals.values()):.0f} s over every run ({stages}); "
+        f"serve it with `cdt serve`, results in {config.report}"
+    )
 
 
 if __name__ == "__main__":

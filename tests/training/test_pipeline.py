@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,9 @@ def test_pipeline_runs_missing_stages_and_skips_finished_ones(
     seconds = run_pipeline(config, stages)  # type: ignore[arg-type]
     assert ran == ["collect", "train", "train", "select"]  # collect is not run again
     assert seconds["collect"] == 0.0 and set(seconds) == set(outputs)
+    totals = json.loads(config.stage_seconds.read_text())
+    assert set(totals) == set(outputs)  # the interrupted train run counted too
+    assert totals["train"] >= seconds["train"] and totals["collect"] > 0.0
 
 
 def test_pipeline_trains_with_the_measured_recipe_of_its_device(
