@@ -1,8 +1,9 @@
 """The collector's envs, stepped side by side in worker processes (or in this one).
 
-The simulator is most of a collector epoch and runs on one core per process, so the envs are split
-over `workers` processes. A finished episode's env is reset where it runs; the step answers with
-the episode's true last observation and the first one of the next, so nobody waits for a reset.
+The simulator is most of a collector epoch and runs on one core per process, so on a machine with
+spare cores the envs can be split over `workers` processes (on 2 cores the gain was within the
+machine's noise). A finished episode's env is reset where it runs; the step answers with the
+episode's true last observation and the first one of the next, so nobody waits for a reset.
 
 Bullet-Safety-Gym draws its placement noise from the process's global RNGs, so each process seeds
 its own (worker 0 exactly as a single process does): the data depends on the number of workers,
@@ -119,8 +120,7 @@ class WorkerEnvs:
     def __init__(self, task: str, count: int, workers: int) -> None:
         # spawn: a fork would copy torch's thread pools and the parent's simulator state.
         context = multiprocessing.get_context("spawn")
-        sizes = [len(part) for part in np.array_split(np.arange(count), workers)]
-        self.sizes = sizes
+        self.sizes = sizes = [len(part) for part in np.array_split(np.arange(count), workers)]
         self.connections: list[Connection] = []
         self.processes: list[multiprocessing.process.BaseProcess] = []
         for worker, size in enumerate(sizes):
