@@ -197,10 +197,15 @@ def run_pipeline(config: PipelineConfig, stages: list[Stage] = STAGES) -> dict[s
 def main(argv: list[str] | None = None) -> None:
     """Entry point of `cdt pipeline`."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    config = tyro.cli(
-        PipelineConfig, args=sys.argv[1:] if argv is None else argv, prog="cdt pipeline"
-    )
-    seconds = run_pipeline(config)
+    args = sys.argv[1:] if argv is None else argv
+    config = tyro.cli(PipelineConfig, args=args, prog="cdt pipeline")
+    try:
+        seconds = run_pipeline(config)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM during training: every stage resumes
+        print(
+            f"cdt pipeline: stopped; continue with: cdt pipeline {' '.join(args)}", file=sys.stderr
+        )
+        raise SystemExit(130) from None
     totals = json.loads(config.stage_seconds.read_text()) if config.stage_seconds.is_file() else {}
     stages = ", ".join(f"{name} {value:.0f}" for name, value in totals.items())
     print(

@@ -78,3 +78,21 @@ def test_pipeline_collects_into_and_trains_on_the_dataset_it_is_given(
     given.parent.mkdir()
     given.touch()
     assert pipeline.STAGES[0][2](config)
+
+
+def test_a_stopped_pipeline_exits_130_with_the_command_that_continues_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from training import pipeline
+    from training.learn.interrupt import TrainingInterrupted
+
+    def stopped_in_training(config: PipelineConfig) -> dict[str, float]:
+        raise TrainingInterrupted(Path("runs/pipeline-cdt-carrun/last.pt"), 139)
+
+    monkeypatch.setattr(pipeline, "run_pipeline", stopped_in_training)
+    with pytest.raises(SystemExit) as exit_info:
+        pipeline.main(["--task", "SafetyCarRun-v0", "--update-steps", "8000"])
+    assert exit_info.value.code == 130
+    assert "continue with: cdt pipeline --task SafetyCarRun-v0 --update-steps 8000" in (
+        capsys.readouterr().err
+    )

@@ -285,7 +285,9 @@ def learn(config: CollectConfig) -> None:
     settings = {**dataclasses.asdict(config), "schedule": dataclasses.asdict(schedule)}
     (config.run_path / "config.json").write_text(json.dumps(settings, default=str))
     torch.manual_seed(config.seed)
-    # The networks are tiny: extra intra-op threads only fight the simulator for the cores.
+    # The networks are tiny: extra intra-op threads only fight the simulator for the cores. The
+    # count is restored after, or a `cdt pipeline` would train in the same process on one thread.
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     envs = open_envs(config.task, config.num_envs, config.env_workers)
     try:
@@ -307,6 +309,7 @@ def learn(config: CollectConfig) -> None:
             progress.set_postfix(**fields, steps_s=f"{speed:.0f}")
     finally:
         envs.close()
+        torch.set_num_threads(threads)
 
 
 def finalize(config: CollectConfig) -> Path:

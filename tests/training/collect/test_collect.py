@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import tyro
 
 from training.collect.cli import CollectConfig, cost_threshold, learn, load_raw_episodes
@@ -75,7 +76,13 @@ def test_collect_learn_keeps_raw_episodes_and_resumes(tmp_path: Path) -> None:
         steps_per_epoch=400,
         num_envs=2,
     )
-    learn(config)
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        learn(config)
+        assert torch.get_num_threads() == 3  # a pipeline trains next, in the same process
+    finally:
+        torch.set_num_threads(before)
     episodes, epochs = load_raw_episodes(config.run_path)
     assert len(episodes) >= 2 and set(epochs) == {0}
     assert all(e.length == 100 for e in episodes)  # BallRun's time limit
