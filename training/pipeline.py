@@ -161,14 +161,18 @@ STAGES: list[Stage] = [
 ]
 
 
-def _add_stage_seconds(path: Path, stage: str, seconds: float) -> dict[str, float]:
-    """Add a stage's wall time to the totals kept over every run of this pipeline."""
+def _stage_seconds(path: Path) -> dict[str, float]:
+    """Each stage's wall time over every run of this pipeline so far."""
+    totals: dict[str, float] = json.loads(path.read_text()) if path.is_file() else {}
+    return totals
+
+
+def _add_stage_seconds(path: Path, stage: str, seconds: float) -> None:
     from runtime.files import write_atomic
 
-    totals: dict[str, float] = json.loads(path.read_text()) if path.is_file() else {}
+    totals = _stage_seconds(path)
     totals[stage] = totals.get(stage, 0.0) + seconds
     write_atomic(path, lambda temporary: temporary.write_text(json.dumps(totals, indent=1)))
-    return totals
 
 
 def run_pipeline(config: PipelineConfig, stages: list[Stage] = STAGES) -> dict[str, float]:
@@ -206,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
             f"cdt pipeline: stopped; continue with: cdt pipeline {' '.join(args)}", file=sys.stderr
         )
         raise SystemExit(130) from None
-    totals = json.loads(config.stage_seconds.read_text()) if config.stage_seconds.is_file() else {}
+    totals = _stage_seconds(config.stage_seconds)
     stages = ", ".join(f"{name} {value:.0f}" for name, value in totals.items())
     print(
         f"{config.model_name}: {sum(seconds.values()):.0f} s this run, "
