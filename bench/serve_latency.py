@@ -22,14 +22,11 @@ import contextlib
 import functools
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +36,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the repo
 
+from bench.local_server import running_server
 from runtime.context import EpisodeContext, stack_windows
 from service.config import Settings
 from service.episodes import EpisodeService
@@ -55,10 +53,10 @@ PERM = [0, 2, 1, 3]  # [B, T, heads, d] <-> [B, heads, T, d]
 RAW = "raw onnxruntime call"
 IN_PROCESS = "service.step, in process"
 ECHO = "websocket echo (no model)"
-ECHO_APP = "bench.serve_latency:echo_app"
 CONCURRENT = 64
 IN_MEMORY = "websocket (default)"
 SCALE_OUT = "websocket (2 workers + Redis)"
+ECHO_APP = "bench.serve_latency:echo_app"
 
 
 class GraphBuilder:
@@ -251,50 +249,6 @@ async def echo_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         await send({"type": "websocket.accept"})
         while (message := await receive())["type"] == "websocket.receive":
             await send({"type": "websocket.send", "text": message.get("text")})
-
-
-@contextlib.contextmanager
-def running_server(
-    models_dir: Path,
-    inference: str | None = None,
-    app: str = "service.main:create_app",
-    redis_url: str | None = None,
-) -> Iterator[str]:
-    """Run uvicorn in a subprocess on a free port; yields its URL once `/readyz` answers.
-
-    `inference` is `CDT_INFERENCE` (None: the default for the store). With `redis_url`, two
-    workers share episodes through Redis (the scale-out path).
-    """
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {**os.environ, "CDT_MODELS_DIR": str(models_dir)}
-    for name in ("CDT_REDIS_URL", "CDT_INFERENCE"):
-        env.pop(name, None)
-    if inference is not None:
-        env["CDT_INFERENCE"] = inference
-    command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
-    command += ["--log-level", "warning"]
-    if redis_url is not None:
-        env |= {"CDT_REDIS_URL": redis_url, "CDT_REDIS_PREFIX": f"bench-{port}"}
-        command += ["--workers", "2"]
-    command += ["--lifespan", "off"] if app == ECHO_APP else ["--factory"]
-    server = subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parents[1])
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            try:
-                with urllib.request.urlopen(f"{url}/readyz", timeout=1) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            raise RuntimeError("the server did not become ready")
-        yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
 def start_body(card: Any, seed: int) -> dict[str, Any]:

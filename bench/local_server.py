@@ -1,0 +1,60 @@
+"""A real `cdt serve` app (uvicorn in a subprocess, 127.0.0.1, a free port) for the benchmarks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+SERVICE_APP = "service.main:create_app"
+
+
+@contextlib.contextmanager
+def running_server(
+    models_dir: Path,
+    inference: str | None = None,
+    app: str = SERVICE_APP,
+    redis_url: str | None = None,
+) -> Iterator[str]:
+    """Run uvicorn in a subprocess on a free port; yields its URL once `/readyz` answers.
+
+    `inference` is `CDT_INFERENCE` (None: the default for the store). With `redis_url`, two
+    workers share episodes through Redis (the scale-out path). Any other `app` is a plain ASGI
+    app (no factory, no lifespan).
+    """
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "CDT_MODELS_DIR": str(models_dir)}
+    for name in ("CDT_REDIS_URL", "CDT_INFERENCE"):
+        env.pop(name, None)
+    if inference is not None:
+        env["CDT_INFERENCE"] = inference
+    command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--log-level", "warning"]
+    if redis_url is not None:
+        env |= {"CDT_REDIS_URL": redis_url, "CDT_REDIS_PREFIX": f"bench-{port}"}
+        command += ["--workers", "2"]
+    command += ["--factory"] if app == SERVICE_APP else ["--lifespan", "off"]
+    server = subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parents[1])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                with urllib.request.urlopen(f"{url}/readyz", timeout=1) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError("the server did not become ready")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
