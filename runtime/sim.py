@@ -31,15 +31,32 @@ def _fd_named_std_streams() -> Iterator[None]:
             sys.stdout, sys.stderr = saved
 
 
+def _register(task: str) -> None:
+    """Register Bullet-Safety-Gym's ids when `task` may be one of them."""
+    if task.startswith("Safety"):
+        with _fd_named_std_streams():
+            importlib.import_module("bullet_safety_gym")
+
+
 def make_env(task: str) -> Any:
     """A gymnasium env for `task`; Bullet-Safety-Gym ids are registered first."""
     import gymnasium as gym
 
-    if not task.startswith("Safety"):
+    _register(task)
+    with _fd_named_std_streams() if task.startswith("Safety") else contextlib.nullcontext():
         return gym.make(task)
-    with _fd_named_std_streams():
-        importlib.import_module("bullet_safety_gym")
-        return gym.make(task)
+
+
+def check_task(task: str) -> None:
+    """Raise ValueError, naming the task and gymnasium's guess, when no env has that id: long
+    commands check before their first minute of work, not when they first build an env."""
+    import gymnasium as gym
+
+    _register(task)
+    try:
+        gym.spec(task)
+    except gym.error.Error as error:
+        raise ValueError(f"no simulator task {task!r}: {error}") from None
 
 
 def seed_simulator(seed: int) -> None:

@@ -91,3 +91,28 @@ def test_cli_train_help_names_the_baselines() -> None:
         timeout=120,
     )
     assert "bc-safe" in result.stdout and "coptidice" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "argv", "message"),
+    [
+        ("training.evaluation.sweeps", ["{tmp}/nope"], "cdt sweeps: {tmp}/nope has no model.json"),
+        ("training.collect.cli", ["--task", "SafetyNope-v0"], "cdt collect: no simulator task"),
+        ("training.pipeline", ["--task", "SafetyNope-v0"], "cdt pipeline: no simulator task"),
+        (
+            "training.evaluation.report",
+            ["--datasets", "{tmp}/a.hdf5", "--include-existing", "X={tmp}/m", "--out", "{tmp}"],
+            "cdt report: no dataset {tmp}/a.hdf5; {tmp}/m has no model.json",
+        ),
+    ],
+)
+def test_cli_input_that_is_not_there_stops_the_command_before_any_work(
+    tmp_path: Path, module: str, argv: list[str], message: str
+) -> None:
+    import importlib
+
+    main = importlib.import_module(module).main
+    with pytest.raises(SystemExit) as exit_info:
+        main([arg.format(tmp=tmp_path) for arg in argv])
+    assert str(exit_info.value.code).startswith(message.format(tmp=tmp_path))
+    assert list(tmp_path.iterdir()) == []  # nothing written, nothing started

@@ -19,6 +19,8 @@ from typing import Literal
 
 import tyro
 
+from runtime.sim import check_task
+
 logger = logging.getLogger(__name__)
 
 
@@ -203,6 +205,10 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = sys.argv[1:] if argv is None else argv
     config = tyro.cli(PipelineConfig, args=args, prog="cdt pipeline")
+    try:
+        check_task(config.task)
+    except ValueError as error:
+        raise SystemExit(f"cdt pipeline: {error}") from None
     try:
         seconds = run_pipeline(config)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM during training: every stage resumes

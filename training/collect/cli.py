@@ -23,6 +23,7 @@ import tyro
 from tqdm import tqdm
 
 from runtime.files import write_atomic
+from runtime.sim import check_task
 from training.collect.env_workers import open_envs
 from training.collect.ppo_lagrangian import (
     ActorCritic,
@@ -355,6 +356,10 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of `cdt collect`."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     config = tyro.cli(CollectConfig, args=argv, prog="cdt collect")
+    try:
+        check_task(config.task)
+    except ValueError as error:
+        raise SystemExit(f"cdt collect: {error}") from None
     if not config.finalize_only:
         learn(config)
     path = finalize(config)

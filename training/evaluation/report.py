@@ -456,6 +456,22 @@ def existing_results(config: ReportConfig, evaluate: EvaluateFunction) -> list[R
     return results
 
 
+def missing_inputs(config: ReportConfig) -> list[str]:
+    """Dataset files and model cards the grid names but that are not there: said before the
+    first training run, not after an hour of them."""
+    missing = [
+        f"no dataset {path}"
+        for path in (_split_label(entry)[1] for entry in config.datasets)
+        if not path.is_file()
+    ]
+    missing += [
+        f"{model_dir} has no model.json"
+        for model_dir in (_split_label(entry)[1] for entry in config.include_existing)
+        if not (model_dir / "model.json").is_file()
+    ]
+    return missing
+
+
 def _default_evaluate() -> EvaluateFunction:
     from training.evaluation.evaluate import evaluate_policy_dir
 
@@ -511,6 +527,8 @@ def main(argv: list[str] | None = None, evaluate: EvaluateFunction | None = None
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = sys.argv[1:] if argv is None else argv
     config = tyro.cli(ReportConfig, args=args, prog="cdt report")
+    if missing := missing_inputs(config):
+        raise SystemExit("cdt report: " + "; ".join(missing))
     evaluate = evaluate or _default_evaluate()
     started = time.perf_counter()
     results = run_grid(config, evaluate) + existing_results(config, evaluate)

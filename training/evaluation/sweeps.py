@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from runtime.card import read_card
+from runtime.card import CardError, read_card
 from runtime.episodes import EpisodeSpec
 from runtime.protocol import report_seeds
 from training.card_update import record_sweep
@@ -187,7 +187,12 @@ def main(argv: list[str] | None = None) -> None:
         help="store the cost curve and validated budget range in the card",
     )
     args = parser.parse_args(argv)
-    card = read_card(args.model_dir).model_dump()
+    if not (args.model_dir / "model.json").is_file():
+        raise SystemExit(f"cdt sweeps: {args.model_dir} has no model.json")
+    try:
+        card = read_card(args.model_dir).model_dump()
+    except CardError as error:
+        raise SystemExit(f"cdt sweeps: {error}") from None
     r_max = float((card.get("dataset") or {}).get("reward_return_max", 100.0))
     targets = card.get("default_targets") or [{"reward": r_max}]
     fixed_reward = args.fixed_reward or float(targets[0]["reward"])
