@@ -21,6 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from clients.client import PolicyClient, PolicyClientError, ServiceUnreachableError
+from runtime.arguments import budget, positive_int
 from runtime.protocol import target_reward_for
 from runtime.scores import normalised_cost, normalised_reward
 from service.schemas import ModelPublic
@@ -221,20 +222,13 @@ def _schedule_argument(text: str) -> tuple[tuple[int, float], ...]:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdt rollout", description=__doc__.splitlines()[0])
     parser.add_argument("--server", default="http://127.0.0.1:8000", help="service base URL")
     parser.add_argument("--model", required=True, help="model name (GET /v1/models)")
     parser.add_argument("--task", help="gymnasium env id (default: the model's task)")
-    parser.add_argument("--episodes", type=_positive_int, default=5)
-    parser.add_argument("--cost-limit", type=float, default=10.0, help="episode cost budget")
+    parser.add_argument("--episodes", type=positive_int, default=5)
+    parser.add_argument("--cost-limit", type=budget, default=10.0, help="episode cost budget")
     parser.add_argument("--target-reward", type=float, help="default: the model card's target")
     parser.add_argument(
         "--cost-schedule",

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from runtime.arguments import finite_float, positive_float, positive_int
 from runtime.files import write_atomic
 from training.data.dataset import DatasetError, Episode, OfflineDataset, load_dataset, save_dataset
 from training.data.frontiers import (
@@ -317,27 +318,6 @@ def _run_filter(args: Namespace) -> None:
     _report(dataset, _with_step(dataset, [dataset.episodes[int(i)] for i in kept], step), args)
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not (math.isfinite(value) and value > 0):
-        raise ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ArgumentTypeError(f"must be a finite number, got {text}")
-    return value
-
-
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0 < value <= 1:
@@ -368,7 +348,7 @@ def _add_inspect(subparsers: Any) -> None:
     parser.add_argument("--plot", type=Path, help="write the cost-reward scatter as PNG")
     parser.add_argument("--json", type=Path, help="write the summary as JSON")
     width = DEFAULT_COST_BIN_WIDTH
-    parser.add_argument("--rf-bin-width", type=_positive_float, default=width, help="RF cost bin")
+    parser.add_argument("--rf-bin-width", type=positive_float, default=width, help="RF cost bin")
 
 
 def _add_reduce(subparsers: Any) -> None:
@@ -378,7 +358,7 @@ def _add_reduce(subparsers: Any) -> None:
     )
     parser = _subparser(subparsers, "reduce", text, _run_reduce)
     _add_io(parser, with_threshold=False)
-    parser.add_argument("--threshold", type=_finite_float, default=10.0, help="cost threshold")
+    parser.add_argument("--threshold", type=finite_float, default=10.0, help="cost threshold")
 
 
 def _add_outliers(subparsers: Any) -> None:
@@ -394,10 +374,10 @@ def _add_filter(subparsers: Any) -> None:
     text = "grid filter: keep at most N random episodes per (cost, reward) cell"
     parser = _subparser(subparsers, "filter", text, _run_filter)
     _add_io(parser, with_threshold=False)
-    parser.add_argument("--cost-bins", type=_positive_int, default=60, help="cells on cost")
-    parser.add_argument("--reward-bins", type=_positive_int, default=50, help="cells on reward")
-    parser.add_argument("--max-per-cell", type=_positive_int, default=10, help="most kept per cell")
-    parser.add_argument("--min-per-cell", type=_positive_int, default=1, help="drop sparser cells")
+    parser.add_argument("--cost-bins", type=positive_int, default=60, help="cells on cost")
+    parser.add_argument("--reward-bins", type=positive_int, default=50, help="cells on reward")
+    parser.add_argument("--max-per-cell", type=positive_int, default=10, help="most kept per cell")
+    parser.add_argument("--min-per-cell", type=positive_int, default=1, help="drop sparser cells")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
 
 

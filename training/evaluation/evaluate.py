@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from runtime.arguments import budget, finite_float, positive_int
 from runtime.card import read_card
 from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec, run_episodes
 from runtime.protocol import (
@@ -241,10 +242,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cdt evaluate", description=__doc__.splitlines()[0])
     parser.add_argument("model_dir", type=Path, help="exported policy directory (models/NAME)")
     parser.add_argument("--task", help="env id (default: the model card's task)")
-    parser.add_argument("--episodes", type=int, default=20, help="episodes per seed")
-    parser.add_argument("--seeds", type=int, default=3, help="number of seeds")
-    parser.add_argument("--target-reward", type=float, help="default: from the model card")
-    parser.add_argument("--target-cost", type=float, default=10.0, help="cost budget kappa")
+    parser.add_argument("--episodes", type=positive_int, default=20, help="episodes per seed")
+    parser.add_argument("--seeds", type=positive_int, default=3, help="number of seeds")
+    parser.add_argument("--target-reward", type=finite_float, help="default: from the model card")
+    parser.add_argument("--target-cost", type=budget, default=10.0, help="cost budget kappa")
     parser.add_argument(
         "--convention",
         choices=["paper", "benchmark", "protocol"],
@@ -253,7 +254,7 @@ def _parser() -> argparse.ArgumentParser:
         "kappa = 10, 20, 40 with sampled and with mean actions",
     )
     parser.add_argument("--deterministic", action="store_true", help="use the mean action")
-    parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument("--workers", type=positive_int, default=2, help="worker processes")
     parser.add_argument(
         "--out", type=Path, help="directory for evaluation_*.json / .md (default reports/NAME)"
     )

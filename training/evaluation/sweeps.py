@@ -22,6 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from runtime.arguments import budget, finite_float, positive_int
 from runtime.card import CardError, read_card
 from runtime.episodes import EpisodeSpec
 from runtime.protocol import report_seeds
@@ -174,11 +175,13 @@ def main(argv: list[str] | None = None) -> None:
         default="",
         help="conflicting reward targets (default: 50%%..150%% of the dataset's max return)",
     )
-    parser.add_argument("--fixed-reward", type=float, help="default: the card's default target")
-    parser.add_argument("--fixed-cost", type=float, default=10.0)
-    parser.add_argument("--episodes", type=int, default=10)
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--fixed-reward", type=finite_float, help="default: the card's default target"
+    )
+    parser.add_argument("--fixed-cost", type=budget, default=10.0)
+    parser.add_argument("--episodes", type=positive_int, default=10)
+    parser.add_argument("--seeds", type=positive_int, default=3)
+    parser.add_argument("--workers", type=positive_int, default=2)
     parser.add_argument("--change-step", type=int, default=60)
     parser.add_argument("--out", type=Path, help="default: reports/<model folder name>")
     parser.add_argument(

@@ -69,3 +69,14 @@ def test_budget_change_study_records_per_step_costs(ballrun_policy: Path) -> Non
     assert study["total_cost_mean"] == pytest.approx(sum(study["mean_step_costs"]))
     # Same seeds: identical episodes until the change.
     assert study["mean_step_costs"][:50] == study["control_mean_step_costs"][:50]
+
+
+def test_cdt_evaluate_refuses_zero_episodes_before_loading_anything(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from training.evaluation.evaluate import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["models/not-there", "--episodes", "0"])
+    assert exit_info.value.code == 2
+    assert "argument --episodes: must be at least 1, got 0" in capsys.readouterr().err
