@@ -21,7 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from clients.client import PolicyClient, PolicyClientError, ServiceUnreachableError
-from runtime.arguments import budget, positive_int
+from runtime.arguments import budget, finite_float, positive_int
 from runtime.protocol import target_reward_for
 from runtime.scores import normalised_cost, normalised_reward
 from service.schemas import ModelPublic
@@ -229,7 +229,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--task", help="gymnasium env id (default: the model's task)")
     parser.add_argument("--episodes", type=positive_int, default=5)
     parser.add_argument("--cost-limit", type=budget, default=10.0, help="episode cost budget")
-    parser.add_argument("--target-reward", type=float, help="default: the model card's target")
+    parser.add_argument(
+        "--target-reward", type=finite_float, help="default: the model card's target"
+    )
     parser.add_argument(
         "--cost-schedule",
         default="",
