@@ -9,12 +9,14 @@ target rewards, action modes and selection seeds), and the best admissible one i
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
 from pathlib import Path
 from typing import Any
 
+from runtime.arguments import positive_int
 from runtime.files import write_atomic
 from runtime.protocol import BudgetRow, SelectionRule
 from training.data.windows import NormalisationStats
@@ -33,10 +35,16 @@ but let 30-50 % of episodes exceed it."""
 
 
 def score_checkpoint(
-    checkpoint: dict[str, Any], rule: SelectionRule, budget_scale: float = 1.0
+    checkpoint: dict[str, Any],
+    rule: SelectionRule,
+    budget_scale: float = 1.0,
+    episodes: int | None = None,
 ) -> dict[str, Any]:
-    """The selection protocol's rows and score for one checkpoint at one budget calibration."""
+    """The selection protocol's rows and score for one checkpoint at one budget calibration,
+    with `episodes` per budget and action mode (default: the run's `eval_episodes`)."""
     config = TrainConfig.from_json_dict(checkpoint["config"])
+    if episodes is not None:
+        config = dataclasses.replace(config, eval_episodes=episodes)
     model = policy_from_checkpoint(checkpoint).model
     stats = NormalisationStats(**checkpoint["stats"])
     rows = evaluate_selection(model, stats, config, checkpoint["dataset"], budget_scale)
@@ -57,17 +65,25 @@ def _measured_rows(listing: Path) -> dict[tuple[str, int, float], list[dict[str,
     }
 
 
+def _with_episodes(rows: list[dict[str, Any]], episodes: int) -> list[dict[str, Any]] | None:
+    """The rows if each was measured on `episodes` episodes, else None (measure again)."""
+    return rows if all(row["episodes"] == episodes for row in rows) else None
+
+
 def select_best(
     run_dir: Path,
     rule: SelectionRule,
     from_step: int = 0,
     budget_scales: tuple[float, ...] = BUDGET_SCALES,
+    episodes: int | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Evaluate the kept checkpoints from `from_step` on; write best.pt and selection.json.
 
     selection.json is rewritten after every evaluation, and its rows are reused by a later call
-    (re-scored under that call's rule) while the checkpoint file is unchanged: rerunning as a run
-    keeps writing checkpoints, or after an interruption, evaluates only what is new.
+    (re-scored under that call's rule) while the checkpoint file is unchanged and they hold the
+    episodes asked for (any count when none is asked): rerunning as a run keeps writing
+    checkpoints, or after an interruption, evaluates only what is new. `episodes`: per budget
+    and action mode (default: the run's).
     """
     candidates = [
         path for path in sorted(run_dir.glob("step_*.pt")) if int(path.stem[5:]) >= from_step
@@ -83,9 +99,11 @@ def select_best(
         checkpoint: dict[str, Any] | None = None
         for budget_scale in budget_scales:  # largest first: stop at the first admissible one
             rows_measured = measured.get((path.name, mtime_ns, budget_scale))
+            if rows_measured is not None and episodes is not None:
+                rows_measured = _with_episodes(rows_measured, episodes)
             if rows_measured is None:
                 checkpoint = checkpoint or load_checkpoint(path)
-                evaluation = score_checkpoint(checkpoint, rule, budget_scale)
+                evaluation = score_checkpoint(checkpoint, rule, budget_scale, episodes)
                 rows = [BudgetRow(**row) for row in evaluation["rows"]]
             else:
                 rows = [BudgetRow(**row) for row in rows_measured]
@@ -135,11 +153,20 @@ def main(argv: list[str] | None = None) -> None:
         default=list(BUDGET_SCALES),
         help="calibrations to try, largest first (1 = the paper's Algorithm 2 unchanged)",
     )
+    parser.add_argument(
+        "--episodes",
+        type=positive_int,
+        help="episodes per budget and action mode; rows measured on another count are measured "
+        "again (default: the run's --eval-episodes, 20, and earlier rows reused whatever their "
+        "count); more episodes see more of a sampled policy's cost tail",
+    )
     args = parser.parse_args(argv)
     if not args.run_dir.is_dir():
         raise SystemExit(f"cdt select: {args.run_dir} is not a folder")
     rule = SelectionRule(args.cost_margin, args.max_share_over, args.min_budget_use)
-    path, evaluation = select_best(args.run_dir, rule, args.from_step, tuple(args.budget_scales))
+    path, evaluation = select_best(
+        args.run_dir, rule, args.from_step, tuple(args.budget_scales), args.episodes
+    )
     verdict = "admissible" if evaluation["admissible"] else "NOT admissible (none was)"
     print(
         f"best: step {evaluation['step']} x{evaluation['budget_scale']:g} budget "

@@ -88,3 +88,29 @@ def test_select_reuses_what_it_measured_until_a_checkpoint_changes(
     (tmp_path / "step_0000004.pt").touch()  # a rewritten checkpoint is measured again
     select.select_best(tmp_path, SelectionRule(0.9, 0.2))
     assert calls == [1.0, 0.8, 0.6]
+
+
+def test_select_with_more_episodes_measures_again_on_that_many(
+    exported_policy: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoint, _ = exported_policy
+    shutil.copy(checkpoint, tmp_path / "step_0000003.pt")
+    episodes_asked: list[int] = []
+
+    def measure(
+        model: Any, stats: Any, task: str, specs: Sequence[EpisodeSpec], scale: float
+    ) -> list[EpisodeResult]:
+        per_row = len(specs) // len({(spec.target_cost, spec.deterministic) for spec in specs})
+        episodes_asked.append(per_row)
+        return fake_evaluate([])(model, stats, task, specs, scale)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(selection, "evaluate_model", measure)
+    rule = SelectionRule(0.9, 0.2)
+    select.select_best(tmp_path, rule, budget_scales=(0.6,))
+    select.select_best(tmp_path, rule, budget_scales=(0.6,), episodes=7)
+    select.select_best(tmp_path, rule, budget_scales=(0.6,), episodes=7)  # reused
+    # no count asked: the 7-episode rows are reused
+    _, evaluation = select.select_best(tmp_path, rule, budget_scales=(0.6,))
+    default = load_checkpoint(checkpoint)["config"]["eval_episodes"]
+    assert episodes_asked == [default, 7]
+    assert {row["episodes"] for row in evaluation["rows"]} == {7}
