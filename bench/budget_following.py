@@ -30,7 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the repo
 
 from bench.local_server import running_server
-from clients.rollout import EpisodeOutcome, RolloutConfig, run_rollouts
+from clients.rollout import EpisodeOutcome, RolloutConfig, run_rollouts, summarise
+from runtime.arguments import budget, positive_int
 from runtime.protocol import REPORTED_BUDGETS, action_mode
 
 MIN_BUDGET_USE = 0.5
@@ -39,24 +40,14 @@ MAX_SHARE_OVER_TIGHTEST = 0.2
 
 @dataclass(frozen=True)
 class BudgetResult:
-    """The episodes of one model at one budget in one action mode."""
+    """The episodes of one model at one budget in one action mode, as `cdt rollout` sums them."""
 
     budget: float
     deterministic: bool
-    rewards: tuple[float, ...]
-    costs: tuple[float, ...]
-
-    @property
-    def reward_mean(self) -> float:
-        return sum(self.rewards) / len(self.rewards)
-
-    @property
-    def cost_mean(self) -> float:
-        return sum(self.costs) / len(self.costs)
-
-    @property
-    def share_over(self) -> float:
-        return sum(cost > self.budget for cost in self.costs) / len(self.costs)
+    reward_mean: float
+    cost_mean: float
+    share_over: float
+    """Fraction of episodes whose cost exceeded the budget."""
 
 
 def failed_checks(results: Sequence[BudgetResult]) -> list[str]:
@@ -93,23 +84,25 @@ def measure(
     """Every (action mode, budget) of one model, `episodes` episodes each on the same seeds."""
     results, outcomes = [], []
     for deterministic in (False, True):
-        for budget in budgets:
+        for limit in budgets:
             config = RolloutConfig(
                 server=server,
                 model=model,
                 episodes=episodes,
-                cost_limit=budget,
+                cost_limit=limit,
                 seed=seed,
                 deterministic=deterministic,
             )
             ran = run_rollouts(config)
             outcomes += ran
+            summary = summarise(ran)
             results.append(
                 BudgetResult(
-                    budget,
+                    limit,
                     deterministic,
-                    tuple(outcome.reward for outcome in ran),
-                    tuple(outcome.cost for outcome in ran),
+                    summary["reward_mean"],
+                    summary["cost_mean"],
+                    summary["share_over_budget"],
                 )
             )
     return results, outcomes
@@ -139,13 +132,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", nargs="+", required=True, help="model names to drive")
     parser.add_argument("--models-dir", type=Path, default=Path("models"))
     parser.add_argument("--server", help="a running service (default: start one here)")
-    parser.add_argument("--episodes", type=int, default=10, help="episodes per budget and mode")
+    parser.add_argument(
+        "--episodes", type=positive_int, default=10, help="episodes per budget and mode"
+    )
     parser.add_argument("--seed", type=int, default=700_000, help="first episode seed")
-    parser.add_argument("--budgets", type=float, nargs="+", default=list(REPORTED_BUDGETS))
+    parser.add_argument("--budgets", type=budget, nargs="+", default=list(REPORTED_BUDGETS))
     parser.add_argument("--json", type=Path, help="write every episode and verdict here")
     args = parser.parse_args(argv)
-    if args.episodes < 1:
-        parser.error("--episodes must be at least 1")
     failed: dict[str, list[str]] = {}
     kept: dict[str, list[dict[str, object]]] = {}
     server = (
