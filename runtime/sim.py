@@ -31,9 +31,14 @@ def _fd_named_std_streams() -> Iterator[None]:
             sys.stdout, sys.stderr = saved
 
 
+def _is_bullet_task(task: str) -> bool:
+    """Whether `task` may be a Bullet-Safety-Gym id (they all start with "Safety")."""
+    return task.startswith("Safety")
+
+
 def _register(task: str) -> None:
     """Register Bullet-Safety-Gym's ids when `task` may be one of them."""
-    if task.startswith("Safety"):
+    if _is_bullet_task(task):
         with _fd_named_std_streams():
             importlib.import_module("bullet_safety_gym")
 
@@ -43,7 +48,7 @@ def make_env(task: str) -> Any:
     import gymnasium as gym
 
     _register(task)
-    with _fd_named_std_streams() if task.startswith("Safety") else contextlib.nullcontext():
+    with _fd_named_std_streams() if _is_bullet_task(task) else contextlib.nullcontext():
         return gym.make(task)
 
 
