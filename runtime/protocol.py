@@ -125,13 +125,41 @@ class SelectionRule:
     a policy that keeps its tightest behaviour when the controller loosens the budget ignores
     the controller (and leaves reward unclaimed)."""
 
+    def _safety_failures(self, rows: Sequence[BudgetRow]) -> list[str]:
+        """Each budget and action mode whose mean cost passes the margin or whose share of
+        episodes over the budget passes the limit, as a reason a person can act on."""
+        failures = []
+        for row in rows:
+            where = f"kappa {row.target_cost:g} {action_mode(row.deterministic)}"
+            use = row.cost_mean / max(row.target_cost, 1e-8)
+            if row.cost_mean > self.cost_margin * row.target_cost:
+                failures.append(f"{where}: mean cost {use:.2f} x budget > {self.cost_margin:g}")
+            if row.share_over_budget > self.max_share_over:
+                failures.append(
+                    f"{where}: {row.share_over_budget:.0%} of episodes over budget"
+                    f" > {self.max_share_over:.0%}"
+                )
+        return failures
+
+    def _idle_failures(self, rows: Sequence[BudgetRow]) -> list[str]:
+        """Each budget above the tightest, per action mode, that the policy leaves unused."""
+        tightest = min((row.target_cost for row in rows), default=0.0)
+        return [
+            f"kappa {row.target_cost:g} {action_mode(row.deterministic)}: mean cost"
+            f" {row.cost_mean / row.target_cost:.2f} x budget < {self.min_budget_use:g} (idle)"
+            for row in rows
+            if row.target_cost > tightest and row.cost_mean / row.target_cost < self.min_budget_use
+        ]
+
+    def failures(self, rows: Sequence[BudgetRow]) -> list[str]:
+        """Why the rows are not admissible (empty when they are)."""
+        if not rows:
+            return ["nothing measured"]
+        return self._safety_failures(rows) + self._idle_failures(rows)
+
     def safe(self, rows: Sequence[BudgetRow]) -> bool:
         """Under every budget, with the margin, at every budget and action mode evaluated."""
-        return bool(rows) and all(
-            row.cost_mean <= self.cost_margin * row.target_cost
-            and row.share_over_budget <= self.max_share_over
-            for row in rows
-        )
+        return bool(rows) and not self._safety_failures(rows)
 
     def budget_use(self, rows: Sequence[BudgetRow]) -> float:
         """The smallest mean cost / budget over the budgets above the tightest (1 with one)."""
@@ -141,7 +169,7 @@ class SelectionRule:
 
     def admissible(self, rows: Sequence[BudgetRow]) -> bool:
         """Safe everywhere and using the loose budgets it is given."""
-        return self.safe(rows) and self.budget_use(rows) >= self.min_budget_use
+        return not self.failures(rows)
 
     def score(self, rows: Sequence[BudgetRow]) -> float:
         """Ranks admissible > safe but idle at loose budgets > unsafe.

@@ -75,3 +75,22 @@ def test_selection_rule_needs_the_loose_budgets_used() -> None:
     unsafe = summarise(results(10.0, [8.0] * 5) + results(20.0, [19.0] * 5), (0.0, 600.0))
     assert rule.score(used) > rule.score(idle) > rule.score(unsafe)
     assert rule.budget_use(summarise(results(10.0, [1.0] * 5), (0.0, 600.0))) == 1.0
+
+
+def test_selection_rule_names_every_reason_a_checkpoint_fails() -> None:
+    rule = SelectionRule(cost_margin=0.9, max_share_over=0.2, min_budget_use=0.5)
+    rows = summarise(
+        results(10.0, [0.0, 0.0, 0.0, 11.0, 12.0])
+        + results(20.0, [8.0] * 5, deterministic=True)
+        + results(40.0, [39.0] * 5),
+        (0.0, 600.0),
+    )
+    assert rule.failures(rows) == [
+        "kappa 10 sampled: 40% of episodes over budget > 20%",
+        "kappa 40 sampled: mean cost 0.97 x budget > 0.9",
+        "kappa 20 mean: mean cost 0.40 x budget < 0.5 (idle)",
+    ]
+    assert not rule.admissible(rows)
+    fine = summarise(results(10.0, [8.0] * 5) + results(40.0, [30.0] * 5), (0.0, 600.0))
+    assert rule.failures(fine) == [] and rule.admissible(fine)
+    assert rule.failures([]) == ["nothing measured"] and not rule.admissible([])

@@ -20,7 +20,12 @@ from runtime.arguments import positive_int
 from runtime.files import write_atomic
 from runtime.protocol import BudgetRow, SelectionRule
 from training.data.windows import NormalisationStats
-from training.evaluation.selection import describe, evaluate_selection, selection_record
+from training.evaluation.selection import (
+    describe,
+    evaluate_selection,
+    selection_record,
+    verdict,
+)
 from training.export import policy_from_checkpoint
 from training.learn.checkpoint import load_checkpoint, write_checkpoint
 from training.learn.config import TrainConfig
@@ -114,11 +119,12 @@ def select_best(
                 listing, lambda file: file.write_text(json.dumps(evaluations, indent=2) + "\n")
             )
             logger.info(
-                "%s x%.2f: score %.2f%s; %s",
+                "%s x%.2f: score %.2f%s, %s; %s",
                 path.name,
                 budget_scale,
                 evaluation["score"],
                 "" if rows_measured is None else " (measured before)",
+                verdict(rule, rows),
                 describe(rows),
             )
             if best_path is None or evaluation["score"] > best_score:

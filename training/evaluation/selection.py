@@ -129,9 +129,16 @@ def selection_record(
         "budget_scale": budget_scale,
         "protocol": "selection",
         "admissible": rule.admissible(rows),
+        "failures": rule.failures(rows),
         "score": rule.score(rows),
         "rows": [dataclasses.asdict(row) for row in rows],
     }
+
+
+def verdict(rule: SelectionRule, rows: Sequence[BudgetRow]) -> str:
+    """'admissible', or 'not admissible' with every reason the rule gives."""
+    failures = rule.failures(rows)
+    return "admissible" if not failures else "not admissible: " + ", ".join(failures)
 
 
 def describe(rows: Sequence[BudgetRow]) -> str:

@@ -33,7 +33,12 @@ from training.data.windows import (
     describe_coverage,
     window_coverage,
 )
-from training.evaluation.selection import describe, evaluate_selection, selection_record
+from training.evaluation.selection import (
+    describe,
+    evaluate_selection,
+    selection_record,
+    verdict,
+)
 from training.learn.checkpoint import load_checkpoint, write_checkpoint
 from training.learn.config import TrainConfig
 from training.learn.distributed import (
@@ -361,9 +366,12 @@ def _evaluate_and_keep_best(state: TrainState) -> None:
         state.evaluation = selection_record(state.step, rows, rule)
         if state.log is not None:
             state.log.write("eval", state.step, _eval_scalars(rows, score))
-        verdict = "admissible" if rule.admissible(rows) else "not admissible"
         logger.info(
-            "step %d selection (%s, score %.2f): %s", state.step, verdict, score, describe(rows)
+            "step %d selection (score %.2f, %s): %s",
+            state.step,
+            score,
+            verdict(rule, rows),
+            describe(rows),
         )
         improved = score > state.best_score
         state.best_score = max(score, state.best_score)
