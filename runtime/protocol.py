@@ -133,7 +133,7 @@ class SelectionRule:
             where = f"kappa {row.target_cost:g} {action_mode(row.deterministic)}"
             use = row.cost_mean / max(row.target_cost, 1e-8)
             if row.cost_mean > self.cost_margin * row.target_cost:
-                failures.append(f"{where}: mean cost {use:.2f} x budget > {self.cost_margin:g}")
+                failures.append(f"{where}: mean cost {use:.3f} x budget > {self.cost_margin:g}")
             if row.share_over_budget > self.max_share_over:
                 failures.append(
                     f"{where}: {row.share_over_budget:.0%} of episodes over budget"
@@ -146,7 +146,7 @@ class SelectionRule:
         tightest = min((row.target_cost for row in rows), default=0.0)
         return [
             f"kappa {row.target_cost:g} {action_mode(row.deterministic)}: mean cost"
-            f" {row.cost_mean / row.target_cost:.2f} x budget < {self.min_budget_use:g} (idle)"
+            f" {row.cost_mean / row.target_cost:.3f} x budget < {self.min_budget_use:g} (idle)"
             for row in rows
             if row.target_cost > tightest and row.cost_mean / row.target_cost < self.min_budget_use
         ]

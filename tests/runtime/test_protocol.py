@@ -87,8 +87,8 @@ def test_selection_rule_names_every_reason_a_checkpoint_fails() -> None:
     )
     assert rule.failures(rows) == [
         "kappa 10 sampled: 40% of episodes over budget > 20%",
-        "kappa 40 sampled: mean cost 0.97 x budget > 0.9",
-        "kappa 20 mean: mean cost 0.40 x budget < 0.5 (idle)",
+        "kappa 40 sampled: mean cost 0.975 x budget > 0.9",
+        "kappa 20 mean: mean cost 0.400 x budget < 0.5 (idle)",
     ]
     assert not rule.admissible(rows)
     fine = summarise(results(10.0, [8.0] * 5) + results(40.0, [30.0] * 5), (0.0, 600.0))

@@ -56,12 +56,19 @@ def score_checkpoint(
     return selection_record(int(checkpoint["step"]), rows, rule, budget_scale)
 
 
-def _measured_rows(listing: Path) -> dict[tuple[str, int, float], list[dict[str, Any]]]:
-    """Rows a previous `cdt select` measured, by (checkpoint, its mtime, budget scale)."""
+def _listed_records(listing: Path) -> list[dict[str, Any]]:
+    """The records a previous `cdt select` wrote (none when the file is missing or unreadable)."""
     try:
         records = json.loads(listing.read_text())
     except (OSError, ValueError):
-        return {}
+        return []
+    return records if isinstance(records, list) else []
+
+
+def _measured_rows(
+    records: list[dict[str, Any]],
+) -> dict[tuple[str, int, float], list[dict[str, Any]]]:
+    """Rows of earlier records, by (checkpoint, its mtime, budget scale)."""
     return {
         (record["checkpoint"], record.get("checkpoint_mtime_ns", -1), record["budget_scale"]): (
             record["rows"]
@@ -73,6 +80,22 @@ def _measured_rows(listing: Path) -> dict[tuple[str, int, float], list[dict[str,
 def _with_episodes(rows: list[dict[str, Any]], episodes: int) -> list[dict[str, Any]] | None:
     """The rows if each was measured on `episodes` episodes, else None (measure again)."""
     return rows if all(row["episodes"] == episodes for row in rows) else None
+
+
+def _write_listing(
+    listing: Path, earlier: list[dict[str, Any]], evaluations: list[dict[str, Any]]
+) -> None:
+    """This call's records, after the earlier ones it did not redo: a rerun on fewer
+    checkpoints or other scales keeps what was measured before."""
+    redone = {(record["checkpoint"], record["budget_scale"]) for record in evaluations}
+    kept = [
+        record
+        for record in earlier
+        if (record.get("checkpoint"), record.get("budget_scale")) not in redone
+    ]
+    write_atomic(
+        listing, lambda file: file.write_text(json.dumps(kept + evaluations, indent=2) + "\n")
+    )
 
 
 def select_best(
@@ -96,7 +119,8 @@ def select_best(
     if not candidates:
         raise SystemExit(f"cdt select: no step_*.pt in {run_dir} (train with --keep-checkpoints)")
     listing = run_dir / "selection.json"
-    measured = _measured_rows(listing)
+    earlier = _listed_records(listing)
+    measured = _measured_rows(earlier)
     best_score, best_path, best_evaluation = -math.inf, None, {}
     evaluations: list[dict[str, Any]] = []
     for path in candidates:
@@ -115,9 +139,7 @@ def select_best(
                 evaluation = selection_record(int(path.stem[5:]), rows, rule, budget_scale)
             evaluations.append({"checkpoint": path.name, "checkpoint_mtime_ns": mtime_ns})
             evaluations[-1] |= evaluation
-            write_atomic(
-                listing, lambda file: file.write_text(json.dumps(evaluations, indent=2) + "\n")
-            )
+            _write_listing(listing, earlier, evaluations)
             logger.info(
                 "%s x%.2f: score %.2f%s, %s; %s",
                 path.name,

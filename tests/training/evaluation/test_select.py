@@ -114,3 +114,23 @@ def test_select_with_more_episodes_measures_again_on_that_many(
     default = load_checkpoint(checkpoint)["config"]["eval_episodes"]
     assert episodes_asked == [default, 7]
     assert {row["episodes"] for row in evaluation["rows"]} == {7}
+
+
+def test_select_on_fewer_checkpoints_or_other_scales_keeps_earlier_rows(
+    exported_policy: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoint, _ = exported_policy
+    for step in (3, 4):
+        shutil.copy(checkpoint, tmp_path / f"step_000000{step}.pt")
+    monkeypatch.setattr(selection, "evaluate_model", fake_evaluate([]))
+    rule = SelectionRule(0.9, 0.2)
+    select.select_best(tmp_path, rule, budget_scales=(1.0,))
+    select.select_best(tmp_path, rule, from_step=4, budget_scales=(0.6,))
+    listed = json.loads((tmp_path / "selection.json").read_text())
+    assert [(row["checkpoint"], row["budget_scale"]) for row in listed] == [
+        ("step_0000003.pt", 1.0),
+        ("step_0000004.pt", 1.0),
+        ("step_0000004.pt", 0.6),
+    ]
+    select.select_best(tmp_path, rule, from_step=4, budget_scales=(0.6,))  # reused, not doubled
+    assert len(json.loads((tmp_path / "selection.json").read_text())) == 3
