@@ -131,9 +131,13 @@ class SelectionRule:
         failures = []
         for row in rows:
             where = f"kappa {row.target_cost:g} {action_mode(row.deterministic)}"
-            use = row.cost_mean / max(row.target_cost, 1e-8)
             if row.cost_mean > self.cost_margin * row.target_cost:
-                failures.append(f"{where}: mean cost {use:.3f} x budget > {self.cost_margin:g}")
+                failures.append(
+                    f"{where}: mean cost {row.cost_mean / row.target_cost:.3f} x budget"
+                    f" > {self.cost_margin:g}"
+                    if row.target_cost > 0
+                    else f"{where}: mean cost {row.cost_mean:g} at budget 0"
+                )
             if row.share_over_budget > self.max_share_over:
                 failures.append(
                     f"{where}: {row.share_over_budget:.0%} of episodes over budget"

@@ -94,3 +94,8 @@ def test_selection_rule_names_every_reason_a_checkpoint_fails() -> None:
     fine = summarise(results(10.0, [8.0] * 5) + results(40.0, [30.0] * 5), (0.0, 600.0))
     assert rule.failures(fine) == [] and rule.admissible(fine)
     assert rule.failures([]) == ["nothing measured"] and not rule.admissible([])
+    at_zero = summarise(results(0.0, [0.0, 2.0]), (0.0, 600.0))
+    assert rule.failures(at_zero) == [
+        "kappa 0 sampled: mean cost 1 at budget 0",
+        "kappa 0 sampled: 50% of episodes over budget > 20%",
+    ]
