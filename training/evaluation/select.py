@@ -195,10 +195,10 @@ def main(argv: list[str] | None = None) -> None:
     path, evaluation = select_best(
         args.run_dir, rule, args.from_step, tuple(args.budget_scales), args.episodes
     )
-    verdict = "admissible" if evaluation["admissible"] else "NOT admissible (none was)"
+    outcome = "admissible" if evaluation["admissible"] else "NOT admissible (none was)"
     print(
         f"best: step {evaluation['step']} x{evaluation['budget_scale']:g} budget "
-        f"({verdict}, score {evaluation['score']:.2f}) -> {path}"
+        f"({outcome}, score {evaluation['score']:.2f}) -> {path}"
     )
 
 

@@ -31,11 +31,17 @@ def fake_evaluate(calls: list[float]) -> Any:
     return evaluate
 
 
+def keep_checkpoints(source: Path, run_dir: Path, steps: Sequence[int]) -> None:
+    """A run folder holding `source` as each of the kept `step_<N>.pt` checkpoints."""
+    for step in steps:
+        shutil.copy(source, run_dir / f"step_{step:07d}.pt")
+
+
 def test_select_best_tries_scales_largest_first_and_keeps_the_admissible_one(
     exported_policy: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     checkpoint, _ = exported_policy
-    shutil.copy(checkpoint, tmp_path / "step_0000003.pt")
+    keep_checkpoints(checkpoint, tmp_path, [3])
     calls: list[float] = []
     monkeypatch.setattr(selection, "evaluate_model", fake_evaluate(calls))
     path, evaluation = select.select_best(tmp_path, SelectionRule(0.9, 0.2))
@@ -60,8 +66,7 @@ def test_select_reuses_what_it_measured_until_a_checkpoint_changes(
     exported_policy: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     checkpoint, _ = exported_policy
-    for step in (3, 4):
-        shutil.copy(checkpoint, tmp_path / f"step_000000{step}.pt")
+    keep_checkpoints(checkpoint, tmp_path, [3, 4])
     calls: list[float] = []
     measure = fake_evaluate(calls)
 
@@ -94,7 +99,7 @@ def test_select_with_more_episodes_measures_again_on_that_many(
     exported_policy: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     checkpoint, _ = exported_policy
-    shutil.copy(checkpoint, tmp_path / "step_0000003.pt")
+    keep_checkpoints(checkpoint, tmp_path, [3])
     episodes_asked: list[int] = []
 
     def measure(
@@ -120,8 +125,7 @@ def test_select_on_fewer_checkpoints_or_other_scales_keeps_earlier_rows(
     exported_policy: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     checkpoint, _ = exported_policy
-    for step in (3, 4):
-        shutil.copy(checkpoint, tmp_path / f"step_000000{step}.pt")
+    keep_checkpoints(checkpoint, tmp_path, [3, 4])
     monkeypatch.setattr(selection, "evaluate_model", fake_evaluate([]))
     rule = SelectionRule(0.9, 0.2)
     select.select_best(tmp_path, rule, budget_scales=(1.0,))
