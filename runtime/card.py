@@ -52,8 +52,12 @@ class ModelCard(BaseModel):
     algo: str | None = None
     reward_scale: float = 1.0
     cost_scale: float = 1.0
-    budget_scale: float = 1.0
+    budget_scale: float = Field(default=1.0, gt=0)
     """The graph feeds budget_scale x the remaining cost budget (chosen by `cdt select`)."""
+    mean_action_budget_scale: float | None = Field(default=None, gt=0)
+    """The calibration of `deterministic` episodes when it differs from `budget_scale` (chosen
+    per action mode by `cdt select`): their cost-to-go is multiplied by
+    mean_action_budget_scale / budget_scale before the graph."""
     deterministic: bool | None = None
     onnx_opset: int | None = None
     git_commit: str | None = None
@@ -87,6 +91,12 @@ class ModelCard(BaseModel):
         if cost_range is not None and not cost_range[0] <= cost_range[1]:
             raise ValueError("validated_cost_range must be [low, high] with low <= high")
         return self
+
+    def cost_input_scale(self, deterministic: bool) -> float:
+        """What an episode's cost-to-go is multiplied by before the graph (1: fed as it is)."""
+        if not deterministic or self.mean_action_budget_scale is None:
+            return 1.0
+        return self.mean_action_budget_scale / self.budget_scale
 
     def budget_warnings(self, target_cost: float) -> list[str]:
         """Warn when an episode's cost limit lies outside the validated range."""

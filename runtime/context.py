@@ -217,13 +217,14 @@ class EpisodeContext:
         """[K] bool, True = padding (the first K - length positions)."""
         return np.arange(self.context_len) < self.context_len - self.length
 
-    def window(self) -> dict[str, npt.NDArray[Any]]:
-        """The ONNX inputs for this episode without the batch axis, dtypes as in ARTIFACT.md."""
+    def window(self, cost_input_scale: float = 1.0) -> dict[str, npt.NDArray[Any]]:
+        """The ONNX inputs for this episode without the batch axis, dtypes as in ARTIFACT.md;
+        the cost-to-go multiplied by `cost_input_scale` (the card's, for this action mode)."""
         return {
             "states": self.states,  # [K, observation_dim]
             "actions": self.actions.astype(np.float32),  # [K, action_dim]
             "returns_to_go": self.returns_to_go.astype(np.float32),  # [K]
-            "costs_to_go": self.costs_to_go.astype(np.float32),  # [K]
+            "costs_to_go": (self.costs_to_go * cost_input_scale).astype(np.float32),  # [K]
             "time_steps": self.time_steps,  # [K]
             "padding_mask": self.padding_mask(),  # [K]
         }
@@ -328,15 +329,21 @@ def _pcg64_state(words: Sequence[int]) -> dict[str, Any]:
     return {"bit_generator": "PCG64", "state": pcg, "has_uint32": has_uint32, "uinteger": uinteger}
 
 
-def stack_windows(contexts: Sequence[EpisodeContext]) -> dict[str, npt.NDArray[Any]]:
-    """Batch the windows of several episodes (same K and dims) for one forward pass.
+def stack_windows(
+    contexts: Sequence[EpisodeContext], cost_input_scales: Sequence[float] | None = None
+) -> dict[str, npt.NDArray[Any]]:
+    """Batch the windows of several episodes (same K and dims) for one forward pass, each
+    episode's cost-to-go multiplied by its entry of `cost_input_scales` (default 1).
 
     Returns:
         The six ONNX inputs, each with a leading batch axis: `states [B, K, observation_dim]`,
         `actions [B, K, action_dim]`, `returns_to_go`, `costs_to_go`, `time_steps` and
         `padding_mask` `[B, K]`.
     """
-    return batch_windows([context.window() for context in contexts])
+    scales = [1.0] * len(contexts) if cost_input_scales is None else cost_input_scales
+    return batch_windows(
+        [context.window(scale) for context, scale in zip(contexts, scales, strict=True)]
+    )
 
 
 def batch_windows(windows: Sequence[Mapping[str, npt.NDArray[Any]]]) -> dict[str, npt.NDArray[Any]]:

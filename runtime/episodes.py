@@ -32,6 +32,13 @@ class EpisodePolicy:
     action_dim: int
     action_low: Sequence[float]
     action_high: Sequence[float]
+    mean_action_cost_input_scale: float = 1.0
+    """What a `deterministic` episode's cost-to-go is multiplied by before `predict`
+    (`ModelCard.cost_input_scale`); sampled episodes feed theirs as it is."""
+
+    def cost_input_scale(self, deterministic: bool) -> float:
+        """The factor for an episode in this action mode."""
+        return self.mean_action_cost_input_scale if deterministic else 1.0
 
 
 @dataclass(frozen=True)
@@ -105,7 +112,8 @@ def run_episodes(
         for i in active:
             if lengths[i] in schedules[i]:
                 contexts[i].set_budget(cost_limit=schedules[i][lengths[i]])
-        mean, log_std = policy.predict(stack_windows([contexts[i] for i in active]))
+        scales = [policy.cost_input_scale(specs[i].deterministic) for i in active]
+        mean, log_std = policy.predict(stack_windows([contexts[i] for i in active], scales))
         still_active = []
         for row, i in enumerate(active):
             context = contexts[i]

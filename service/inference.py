@@ -53,6 +53,11 @@ class PendingAction:
     record: EpisodeRecord
     """Its context is the call's own copy, so a failed forward pass changes nothing stored."""
 
+    def window(self) -> Window:
+        """The forward pass's inputs: the context's window, calibrated for its action mode."""
+        scale = self.policy.card.cost_input_scale(self.record.deterministic)
+        return self.record.context.window(scale)
+
     def finish(self, outputs: Outputs) -> EpisodeRecord:
         """The record with the action the forward pass's outputs give."""
         act(self.record.context, outputs, self.policy.action_bounds, self.record.deterministic)
@@ -255,7 +260,7 @@ class LoopInference(Inference):
         for group in by_policy.values():
             policy = group[0][1].policy
             try:
-                mean, log_std = self.forward(policy, [p.record.context.window() for _, p in group])
+                mean, log_std = self.forward(policy, [p.window() for _, p in group])
             except Exception as error:  # onnxruntime raises its own types
                 failed = self._model_error(policy, error)
                 answers |= {i: failed for i, _ in group}
@@ -291,7 +296,7 @@ class ThreadInference(Inference):
 
     def forward(self, pending: PendingAction) -> Outputs:
         """The forward pass for `pending`: a batch of one."""
-        window = pending.record.context.window()
+        window = pending.window()
         try:
             mean, log_std = pending.policy.predict(
                 {name: value[None] for name, value in window.items()}
@@ -333,7 +338,7 @@ class ThreadBatchInference(ThreadInference):
     def forward(self, pending: PendingAction) -> Outputs:
         """The forward pass for `pending`, micro-batched with other threads' passes."""
         try:
-            return self.batchers.get(pending.policy).predict_one(pending.record.context.window())
+            return self.batchers.get(pending.policy).predict_one(pending.window())
         except Exception as error:  # onnxruntime raises its own types
             raise self._model_error(pending.policy, error) from error
 

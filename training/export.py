@@ -189,6 +189,7 @@ def model_card(
         "reward_scale": stats["reward_scale"],
         "cost_scale": stats["cost_scale"],
         "budget_scale": checkpoint.get("budget_scale", 1.0),
+        "mean_action_budget_scale": checkpoint.get("mean_action_budget_scale"),
         "deterministic": not model_config["stochastic"],
         "onnx_opset": opset,
         "git_commit": dataset.pop("git_commit", None) or git_commit(),

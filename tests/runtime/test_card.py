@@ -25,6 +25,16 @@ def test_write_then_read_keeps_typed_and_extra_keys(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "model.json").read_text())["training"] == CARD["training"]
 
 
+def test_only_a_mean_action_calibration_rescales_the_cost_input(tmp_path: Path) -> None:
+    card = write_card(tmp_path, CARD | {"budget_scale": 0.8})
+    assert card.cost_input_scale(deterministic=True) == card.cost_input_scale(False) == 1.0
+    card = update_card(tmp_path, mean_action_budget_scale=0.6)
+    assert card.cost_input_scale(deterministic=True) == pytest.approx(0.6 / 0.8)
+    assert card.cost_input_scale(deterministic=False) == 1.0
+    with pytest.raises(CardError, match="greater than 0"):
+        update_card(tmp_path, mean_action_budget_scale=0.0)
+
+
 def test_invalid_cards_are_refused_and_never_written(tmp_path: Path) -> None:
     write_card(tmp_path, CARD)
     before = (tmp_path / "model.json").read_text()

@@ -162,6 +162,19 @@ def test_stack_windows_adds_a_batch_axis() -> None:
     assert windows["padding_mask"].shape == (2, 3)
 
 
+def test_stack_windows_scales_each_episodes_cost_to_go_and_nothing_else() -> None:
+    first, second = make_context(), make_context()
+    first.advance(1.0, 0.5, [0.0, 0.0])
+    plain = stack_windows([first, second])
+    scaled = stack_windows([first, second], [1.0, 0.5])
+    np.testing.assert_array_equal(scaled["costs_to_go"][0], plain["costs_to_go"][0])
+    np.testing.assert_allclose(scaled["costs_to_go"][1], 0.5 * plain["costs_to_go"][1])
+    assert np.any(plain["costs_to_go"][1] != 0)
+    for name in plain.keys() - {"costs_to_go"}:
+        np.testing.assert_array_equal(scaled[name], plain[name])
+    assert second.costs_to_go[-1] == plain["costs_to_go"][1, -1]  # the context is not changed
+
+
 def test_sample_action_stays_within_bounds_and_is_seeded() -> None:
     mean, log_std = np.array([0.9, -0.9]), np.array([1.0, 1.0])
     first = [sample_action(mean, log_std, np.random.default_rng(1), [-1, -1], [1, 1], False)]

@@ -121,12 +121,18 @@ def evaluate_selection(
 
 
 def selection_record(
-    step: int, rows: Sequence[BudgetRow], rule: SelectionRule, budget_scale: float = 1.0
+    step: int,
+    rows: Sequence[BudgetRow],
+    rule: SelectionRule,
+    budget_scale: float = 1.0,
+    mean_action_budget_scale: float | None = None,
 ) -> dict[str, Any]:
-    """What a checkpoint and its card keep of a selection evaluation."""
+    """What a checkpoint and its card keep of a selection evaluation; `mean_action_budget_scale`
+    when the mean action's rows were measured at another calibration (None: the same)."""
     return {
         "step": step,
         "budget_scale": budget_scale,
+        "mean_action_budget_scale": mean_action_budget_scale,
         "protocol": "selection",
         "admissible": rule.admissible(rows),
         "failures": rule.failures(rows),

@@ -138,3 +138,57 @@ def test_select_on_fewer_checkpoints_or_other_scales_keeps_earlier_rows(
     ]
     select.select_best(tmp_path, rule, from_step=4, budget_scales=(0.6,))  # reused, not doubled
     assert len(json.loads((tmp_path / "selection.json").read_text())) == 3
+
+
+def test_select_calibrates_each_action_mode_when_no_one_scale_serves_both(
+    exported_policy: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sampled episodes cost 1.2 x budget x scale (only x0.6 keeps the margin), mean-action
+    ones 0.8 x (x1 keeps it; at x0.6 they idle at the loose budgets)."""
+    checkpoint, _ = exported_policy
+    keep_checkpoints(checkpoint, tmp_path, [3])
+    calls: list[float] = []
+
+    def evaluate(
+        model: Any, stats: Any, task: str, specs: Sequence[EpisodeSpec], budget_scale: float
+    ) -> list[EpisodeResult]:
+        calls.append(budget_scale)
+        return [
+            EpisodeResult(
+                spec,
+                100.0,
+                (0.8 if spec.deterministic else 1.2) * spec.target_cost * budget_scale,
+                10,
+            )
+            for spec in specs
+        ]
+
+    monkeypatch.setattr(selection, "evaluate_model", evaluate)
+    path, evaluation = select.select_best(tmp_path, SelectionRule(0.9, 0.2))
+    assert calls == [1.0, 0.8, 0.6]
+    assert evaluation["admissible"] and not evaluation["failures"]
+    assert (evaluation["budget_scale"], evaluation["mean_action_budget_scale"]) == (0.6, 1.0)
+    costs = {
+        (row["target_cost"], row["deterministic"]): row["cost_mean"] for row in evaluation["rows"]
+    }
+    assert costs[(40.0, False)] == pytest.approx(1.2 * 40 * 0.6)
+    assert costs[(40.0, True)] == pytest.approx(0.8 * 40)
+    best = load_checkpoint(path)
+    assert (best["budget_scale"], best["mean_action_budget_scale"]) == (0.6, 1.0)
+    # the listing keeps what was measured: one record per scale, both modes at that scale
+    listed = json.loads((tmp_path / "selection.json").read_text())
+    assert [(row["budget_scale"], row["mean_action_budget_scale"]) for row in listed] == [
+        (1.0, None),
+        (0.8, None),
+        (0.6, None),
+    ]
+
+
+def test_select_keeps_one_scale_when_it_serves_both_modes(
+    exported_policy: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checkpoint, _ = exported_policy
+    keep_checkpoints(checkpoint, tmp_path, [3])
+    monkeypatch.setattr(selection, "evaluate_model", fake_evaluate([]))
+    _, evaluation = select.select_best(tmp_path, SelectionRule(0.9, 0.2))
+    assert evaluation["mean_action_budget_scale"] is None

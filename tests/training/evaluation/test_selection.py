@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
 from pathlib import Path
 
 import numpy as np
 from fastapi.testclient import TestClient
 
+from runtime.card import update_card
 from runtime.episodes import EpisodePolicy, EpisodeSpec, run_episodes
 from runtime.protocol import selection_seeds
 from service.config import Settings
@@ -20,14 +23,21 @@ from training.export import policy_from_checkpoint
 from training.learn.checkpoint import load_checkpoint
 
 
-def recorded(policy: EpisodePolicy, windows: list[dict[str, np.ndarray]]) -> EpisodePolicy:
+def recorded(
+    policy: EpisodePolicy,
+    windows: list[dict[str, np.ndarray]],
+    means: list[np.ndarray] | None = None,
+) -> EpisodePolicy:
+    """`policy`, keeping each forward pass's windows (and mean actions, when asked)."""
+
     def predict(batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         windows.append({name: value.copy() for name, value in batch.items()})
-        return policy.predict(batch)
+        mean, log_std = policy.predict(batch)
+        if means is not None:
+            means.append(mean[0].copy())
+        return mean, log_std
 
-    return EpisodePolicy(
-        predict, policy.context_len, policy.action_dim, policy.action_low, policy.action_high
-    )
+    return dataclasses.replace(policy, predict=predict)
 
 
 def test_selection_and_service_see_the_same_windows_and_actions(
@@ -51,11 +61,18 @@ def test_selection_and_service_see_the_same_windows_and_actions(
     assert by_torch.cost == by_onnx.cost and by_torch.step_costs == by_onnx.step_costs
 
     # The service, stepped by hand with the same env, answers the same actions.
+    served_cost, _ = served_episode(model_dir, spec)
+    assert served_cost == by_onnx.cost
+
+
+def served_episode(model_dir: Path, spec: EpisodeSpec) -> tuple[float, list[np.ndarray]]:
+    """(cost, actions) of one ToyEnv episode stepped through the REST service by hand."""
     settings = Settings(
         _env_file=None, models_dir=model_dir.parent, redis_url=None, api_tokens=frozenset()
     )
     env = ToyEnv()
     observation, _ = env.reset(seed=spec.seed)
+    served_cost, actions = 0.0, []
     with TestClient(create_app(settings)) as client:
         answer = client.post(
             "/v1/episodes",
@@ -65,11 +82,12 @@ def test_selection_and_service_see_the_same_windows_and_actions(
                 "target_cost": spec.target_cost,
                 "observation": observation.tolist(),
                 "seed": spec.seed,
+                "deterministic": spec.deterministic,
             },
         ).json()
-        served_cost = 0.0
-        for step in range(1, 13):
+        for step in range(1, env.length + 1):
             action = np.asarray(answer["action"], dtype=np.float32)
+            actions.append(action)
             observation, reward, _, _, info = env.step(action)
             served_cost += info["cost"]
             answer = client.post(
@@ -84,7 +102,54 @@ def test_selection_and_service_see_the_same_windows_and_actions(
             np.testing.assert_allclose(
                 answer["remaining_cost"], max(spec.target_cost - served_cost, 0.0), atol=1e-9
             )
-    assert served_cost == by_onnx.cost
+    return served_cost, actions
+
+
+def test_a_mean_action_calibration_reaches_the_network_in_every_loop(
+    exported_policy: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A card whose mean action is calibrated apart (x20 here, sampled actions x1) acts as the
+    checkpoint does with the graph feeding 20 x the budget, offline and served; sampled
+    episodes are untouched."""
+    checkpoint_path, model_dir = exported_policy
+    calibrated = tmp_path / "models" / model_dir.name
+    shutil.copytree(model_dir, calibrated)
+    card = update_card(calibrated, mean_action_budget_scale=20.0)
+    assert card.budget_scale == 1.0 and card.cost_input_scale(deterministic=True) == 20.0
+    checkpoint = load_checkpoint(checkpoint_path)
+    model = policy_from_checkpoint(checkpoint).model
+    stats = NormalisationStats(**checkpoint["stats"])
+    onnx_policy = onnx_episode_policy(Policy.load(calibrated))
+    run = {"env_factory": toy_env_factory, "record_steps": True}
+    spec = EpisodeSpec(seed=5, target_reward=30.0, target_cost=3.0, deterministic=True)
+    uncalibrated: list[np.ndarray] = []
+    run_episodes(
+        recorded(torch_episode_policy(model, stats), [], uncalibrated), "toy", [spec], **run
+    )
+    for deterministic, graph_scale in ((True, 20.0), (False, 1.0)):
+        spec = dataclasses.replace(spec, deterministic=deterministic)
+        torch_windows: list[dict[str, np.ndarray]] = []
+        onnx_windows: list[dict[str, np.ndarray]] = []
+        torch_means: list[np.ndarray] = []
+        onnx_means: list[np.ndarray] = []
+        torch_policy = recorded(
+            torch_episode_policy(model, stats, graph_scale), torch_windows, torch_means
+        )
+        (by_torch,) = run_episodes(torch_policy, "toy", [spec], **run)
+        (by_onnx,) = run_episodes(
+            recorded(onnx_policy, onnx_windows, onnx_means), "toy", [spec], **run
+        )
+        assert by_onnx.step_costs == by_torch.step_costs
+        np.testing.assert_allclose(onnx_means, torch_means, atol=1e-5)
+        for ours, theirs in zip(torch_windows, onnx_windows, strict=True):
+            np.testing.assert_allclose(
+                theirs["costs_to_go"], ours["costs_to_go"] * card.cost_input_scale(deterministic)
+            )
+        served_cost, served_actions = served_episode(calibrated, spec)
+        assert served_cost == by_onnx.cost
+        if deterministic:  # the served actions are the calibrated means, not the plain ones
+            np.testing.assert_allclose(served_actions, np.clip(onnx_means, -1.0, 1.0), atol=1e-5)
+            assert np.abs(np.asarray(onnx_means) - np.asarray(uncalibrated)).max() > 1e-4
 
 
 def test_selection_specs_cover_every_budget_and_mode_on_selection_seeds() -> None:
