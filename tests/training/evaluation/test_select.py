@@ -17,16 +17,25 @@ from training.export import policy_from_checkpoint
 from training.learn.checkpoint import load_checkpoint
 
 
-def fake_evaluate(calls: list[float]) -> Any:
-    """Episodes costing 1.2 x budget x budget_scale: only a scale of 0.6 keeps 0.9 x budget."""
+def fake_evaluate(
+    calls: list[float],
+    cost_per_budget: float = 1.2,
+    mean_action_cost_per_budget: float | None = None,
+) -> Any:
+    """Episodes costing cost_per_budget x budget x budget_scale (mean-action ones their own
+    factor, when given): at 1.2 only a scale of 0.6 keeps 0.9 x budget."""
 
     def evaluate(
         model: Any, stats: Any, task: str, specs: Sequence[EpisodeSpec], budget_scale: float
     ) -> list[EpisodeResult]:
         calls.append(budget_scale)
-        return [
-            EpisodeResult(spec, 100.0, 1.2 * spec.target_cost * budget_scale, 10) for spec in specs
-        ]
+        results = []
+        for spec in specs:
+            factor = cost_per_budget
+            if spec.deterministic and mean_action_cost_per_budget is not None:
+                factor = mean_action_cost_per_budget
+            results.append(EpisodeResult(spec, 100.0, factor * spec.target_cost * budget_scale, 10))
+        return results
 
     return evaluate
 
@@ -148,22 +157,7 @@ def test_select_calibrates_each_action_mode_when_no_one_scale_serves_both(
     checkpoint, _ = exported_policy
     keep_checkpoints(checkpoint, tmp_path, [3])
     calls: list[float] = []
-
-    def evaluate(
-        model: Any, stats: Any, task: str, specs: Sequence[EpisodeSpec], budget_scale: float
-    ) -> list[EpisodeResult]:
-        calls.append(budget_scale)
-        return [
-            EpisodeResult(
-                spec,
-                100.0,
-                (0.8 if spec.deterministic else 1.2) * spec.target_cost * budget_scale,
-                10,
-            )
-            for spec in specs
-        ]
-
-    monkeypatch.setattr(selection, "evaluate_model", evaluate)
+    monkeypatch.setattr(selection, "evaluate_model", fake_evaluate(calls, 1.2, 0.8))
     path, evaluation = select.select_best(tmp_path, SelectionRule(0.9, 0.2))
     assert calls == [1.0, 0.8, 0.6]
     assert evaluation["admissible"] and not evaluation["failures"]
