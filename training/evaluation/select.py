@@ -140,7 +140,8 @@ def select_best(
         path for path in sorted(run_dir.glob("step_*.pt")) if int(path.stem[5:]) >= from_step
     ]
     if not candidates:
-        raise SystemExit(f"cdt select: no step_*.pt in {run_dir} (train with --keep-checkpoints)")
+        where = f"{run_dir} from step {from_step}" if from_step else str(run_dir)
+        raise SystemExit(f"cdt select: no step_*.pt in {where} (train with --keep-checkpoints)")
     listing = run_dir / "selection.json"
     earlier = _listed_records(listing)
     measured = _measured_rows(earlier)

@@ -69,6 +69,9 @@ def test_select_best_tries_scales_largest_first_and_keeps_the_admissible_one(
 def test_select_refuses_a_folder_without_kept_checkpoints(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="--keep-checkpoints"):
         select.select_best(tmp_path, SelectionRule())
+    (tmp_path / "step_0000003.pt").touch()
+    with pytest.raises(SystemExit, match="from step 4 "):
+        select.select_best(tmp_path, SelectionRule(), from_step=4)
 
 
 def test_select_reuses_what_it_measured_until_a_checkpoint_changes(
