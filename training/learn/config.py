@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import tyro
 
-from runtime.protocol import REPORTED_BUDGETS
+from runtime.protocol import REPORTED_BUDGETS, SelectionRule
 
 PresetName = Literal["cpu", "paper"]
 
@@ -136,12 +136,12 @@ class TrainConfig:
     reward range), as the model card will list them and the reported evaluation uses them."""
     eval_action_modes: Literal["both", "sampled", "mean"] = "both"
     """Action modes a checkpoint must be safe in: served episodes may ask for either."""
-    selection_cost_margin: float = 0.9
+    selection_cost_margin: float = SelectionRule.cost_margin
     """best.pt must keep mean cost <= margin x budget at every budget and mode (held-out seeds
     scatter around the selection mean)."""
-    selection_max_share_over: float = 0.2
+    selection_max_share_over: float = SelectionRule.max_share_over
     """best.pt may let at most this share of episodes exceed their budget."""
-    selection_min_budget_use: float = 0.5
+    selection_min_budget_use: float = SelectionRule.min_budget_use
     """best.pt's mean cost must reach this share of every budget above the tightest."""
     log_every: int = 50
     """Write training scalars every this many steps."""
