@@ -148,7 +148,7 @@ def select_best(
     best_score, best_path, best_evaluation = -math.inf, None, {}
     evaluations: list[dict[str, Any]] = []
     for path in candidates:
-        mtime_ns = path.stat().st_mtime_ns
+        step, mtime_ns = int(path.stem[5:]), path.stat().st_mtime_ns
         checkpoint: dict[str, Any] | None = None
         measured_here: list[tuple[float, list[BudgetRow]]] = []
         for budget_scale in budget_scales:  # largest first: stop at the first admissible one
@@ -161,7 +161,7 @@ def select_best(
                 rows = [BudgetRow(**row) for row in evaluation["rows"]]
             else:
                 rows = [BudgetRow(**row) for row in rows_measured]
-                evaluation = selection_record(int(path.stem[5:]), rows, rule, budget_scale)
+                evaluation = selection_record(step, rows, rule, budget_scale)
             evaluations.append({"checkpoint": path.name, "checkpoint_mtime_ns": mtime_ns})
             evaluations[-1] |= evaluation
             _write_listing(listing, earlier, evaluations)
@@ -171,12 +171,12 @@ def select_best(
                 budget_scale,
                 evaluation["score"],
                 "" if rows_measured is None else " (measured before)",
-                verdict(rule, rows),
+                verdict(evaluation),
                 describe(rows),
             )
             measured_here.append((budget_scale, rows))
             if not evaluation["admissible"]:
-                combined = per_mode_record(int(path.stem[5:]), measured_here, rule)
+                combined = per_mode_record(step, measured_here, rule)
                 if combined is not None:
                     logger.info(
                         "%s: admissible with x%.2f for sampled actions, x%.2f for the mean",

@@ -129,21 +129,22 @@ def selection_record(
 ) -> dict[str, Any]:
     """What a checkpoint and its card keep of a selection evaluation; `mean_action_budget_scale`
     when the mean action's rows were measured at another calibration (None: the same)."""
+    failures = rule.failures(rows)
     return {
         "step": step,
         "budget_scale": budget_scale,
         "mean_action_budget_scale": mean_action_budget_scale,
         "protocol": "selection",
-        "admissible": rule.admissible(rows),
-        "failures": rule.failures(rows),
+        "admissible": not failures,
+        "failures": failures,
         "score": rule.score(rows),
         "rows": [dataclasses.asdict(row) for row in rows],
     }
 
 
-def verdict(rule: SelectionRule, rows: Sequence[BudgetRow]) -> str:
-    """'admissible', or 'not admissible' with every reason the rule gives."""
-    failures = rule.failures(rows)
+def verdict(record: dict[str, Any]) -> str:
+    """'admissible', or 'not admissible' with every reason a selection record gives."""
+    failures = record["failures"]
     return "admissible" if not failures else "not admissible: " + ", ".join(failures)
 
 

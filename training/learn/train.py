@@ -362,15 +362,15 @@ def _evaluate_and_keep_best(state: TrainState) -> None:
             config.selection_min_budget_use,
         )
         rows = evaluate(state)
-        score = rule.score(rows)
         state.evaluation = selection_record(state.step, rows, rule)
+        score = state.evaluation["score"]
         if state.log is not None:
             state.log.write("eval", state.step, _eval_scalars(rows, score))
         logger.info(
             "step %d selection (score %.2f, %s): %s",
             state.step,
             score,
-            verdict(rule, rows),
+            verdict(state.evaluation),
             describe(rows),
         )
         improved = score > state.best_score
