@@ -19,6 +19,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "choose best.pt among a run's kept checkpoints (simulator)",
     ),
     "export": ("training.export", "export a checkpoint to models/NAME/ (ONNX + model card)"),
+    "calibrate": (
+        "training.evaluation.calibrate",
+        "calibrate an exported policy's mean action per budget (simulator)",
+    ),
     "evaluate": ("training.evaluation.evaluate", "evaluate an exported policy in the simulator"),
     "sweeps": (
         "training.evaluation.sweeps",

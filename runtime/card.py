@@ -4,6 +4,7 @@ evaluations update (docs/ARTIFACT.md). Required keys are typed and checked; extr
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Self
 
@@ -35,6 +36,29 @@ class CostCurvePoint(BaseModel):
     actual_cost: float
 
 
+class BudgetScale(BaseModel):
+    """The calibration measured at one cost budget: the network is fed `scale` x the budget left."""
+
+    budget: float = Field(gt=0)
+    scale: float = Field(gt=0)
+
+    @property
+    def fed(self) -> float:
+        """The budget the network is told at the episode's start."""
+        return self.scale * self.budget
+
+
+def interpolated_scale(points: list[BudgetScale], budget: float) -> float:
+    """The scale at `budget`: the fed budget (scale x budget) is linear between listed budgets,
+    so it grows with the budget when theirs does; outside them, the nearest listed scale."""
+    if budget <= points[0].budget:
+        return points[0].scale
+    if budget >= points[-1].budget:
+        return points[-1].scale
+    fed = np.interp(budget, [point.budget for point in points], [point.fed for point in points])
+    return float(fed) / budget
+
+
 class ModelCard(BaseModel):
     """The `model.json` sidecar; required keys per ARTIFACT.md, extra keys allowed."""
 
@@ -54,10 +78,11 @@ class ModelCard(BaseModel):
     cost_scale: float = 1.0
     budget_scale: float = Field(default=1.0, gt=0)
     """The graph feeds budget_scale x the remaining cost budget (chosen by `cdt select`)."""
-    mean_action_budget_scale: float | None = Field(default=None, gt=0)
-    """The calibration of `deterministic` episodes when it differs from `budget_scale` (chosen
-    per action mode by `cdt select`): their cost-to-go is multiplied by
-    mean_action_budget_scale / budget_scale before the graph."""
+    mean_action_budget_scales: list[BudgetScale] | None = Field(default=None, min_length=1)
+    """The calibration of `deterministic` episodes when it differs from `budget_scale`, by the
+    episode's current cost limit (`interpolated_scale`; one entry: at every budget). Chosen per
+    action mode by `cdt select`, per budget by `cdt calibrate`: their cost-to-go is multiplied
+    by that scale / budget_scale before the graph."""
     deterministic: bool | None = None
     onnx_opset: int | None = None
     git_commit: str | None = None
@@ -90,13 +115,21 @@ class ModelCard(BaseModel):
         cost_range = self.validated_cost_range
         if cost_range is not None and not cost_range[0] <= cost_range[1]:
             raise ValueError("validated_cost_range must be [low, high] with low <= high")
+        points = self.mean_action_budget_scales or []
+        for lower, upper in pairwise(points):
+            if upper.budget <= lower.budget or upper.fed < lower.fed:
+                raise ValueError(
+                    "mean_action_budget_scales must list increasing budgets whose fed budget"
+                    " (scale x budget) does not fall: a looser budget must never feed less"
+                )
         return self
 
-    def cost_input_scale(self, deterministic: bool) -> float:
-        """What an episode's cost-to-go is multiplied by before the graph (1: fed as it is)."""
-        if not deterministic or self.mean_action_budget_scale is None:
+    def cost_input_scale(self, deterministic: bool, budget: float) -> float:
+        """What the cost-to-go of an episode with cost limit `budget` is multiplied by before
+        the graph (1: fed as it is)."""
+        if not deterministic or self.mean_action_budget_scales is None:
             return 1.0
-        return self.mean_action_budget_scale / self.budget_scale
+        return interpolated_scale(self.mean_action_budget_scales, budget) / self.budget_scale
 
     def budget_warnings(self, target_cost: float) -> list[str]:
         """Warn when an episode's cost limit lies outside the validated range."""

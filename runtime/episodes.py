@@ -21,6 +21,8 @@ from runtime.context import EpisodeContext, sample_action, stack_windows
 Windows = dict[str, npt.NDArray[Any]]
 Predict = Callable[[Windows], tuple[npt.NDArray[Any], npt.NDArray[Any]]]
 """Batched windows (the six ONNX inputs) -> (action_mean, action_log_std), both [B, action_dim]."""
+CostInputScale = Callable[[bool, float], float]
+"""(deterministic, the episode's cost limit) -> what its cost-to-go is multiplied by."""
 
 
 @dataclass(frozen=True)
@@ -32,13 +34,9 @@ class EpisodePolicy:
     action_dim: int
     action_low: Sequence[float]
     action_high: Sequence[float]
-    mean_action_cost_input_scale: float = 1.0
-    """What a `deterministic` episode's cost-to-go is multiplied by before `predict`
-    (`ModelCard.cost_input_scale`); sampled episodes feed theirs as it is."""
-
-    def cost_input_scale(self, deterministic: bool) -> float:
-        """The factor for an episode in this action mode."""
-        return self.mean_action_cost_input_scale if deterministic else 1.0
+    cost_input_scale: CostInputScale = field(default=lambda deterministic, budget: 1.0)
+    """What the cost-to-go of an episode in this action mode with this cost limit is multiplied
+    by before `predict` (`ModelCard.cost_input_scale`; default: fed as it is)."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +110,9 @@ def run_episodes(
         for i in active:
             if lengths[i] in schedules[i]:
                 contexts[i].set_budget(cost_limit=schedules[i][lengths[i]])
-        scales = [policy.cost_input_scale(specs[i].deterministic) for i in active]
+        scales = [
+            policy.cost_input_scale(specs[i].deterministic, contexts[i].target_cost) for i in active
+        ]
         mean, log_std = policy.predict(stack_windows([contexts[i] for i in active], scales))
         still_active = []
         for row, i in enumerate(active):

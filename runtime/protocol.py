@@ -125,35 +125,44 @@ class SelectionRule:
     a policy that keeps its tightest behaviour when the controller loosens the budget ignores
     the controller (and leaves reward unclaimed)."""
 
-    def _safety_failures(self, rows: Sequence[BudgetRow]) -> list[str]:
-        """Each budget and action mode whose mean cost passes the margin or whose share of
-        episodes over the budget passes the limit, as a reason a person can act on."""
+    def _row_safety_failures(self, row: BudgetRow) -> list[str]:
+        """Whether the row's mean cost passes the margin, or its share of episodes over the
+        budget passes the limit, as reasons a person can act on."""
+        where = f"kappa {row.target_cost:g} {action_mode(row.deterministic)}"
         failures = []
-        for row in rows:
-            where = f"kappa {row.target_cost:g} {action_mode(row.deterministic)}"
-            if row.cost_mean > self.cost_margin * row.target_cost:
-                failures.append(
-                    f"{where}: mean cost {row.cost_mean / row.target_cost:.3f} x budget"
-                    f" > {self.cost_margin:g}"
-                    if row.target_cost > 0
-                    else f"{where}: mean cost {row.cost_mean:g} at budget 0"
-                )
-            if row.share_over_budget > self.max_share_over:
-                failures.append(
-                    f"{where}: {row.share_over_budget:.0%} of episodes over budget"
-                    f" > {self.max_share_over:.0%}"
-                )
+        if row.cost_mean > self.cost_margin * row.target_cost:
+            failures.append(
+                f"{where}: mean cost {row.cost_mean / row.target_cost:.3f} x budget"
+                f" > {self.cost_margin:g}"
+                if row.target_cost > 0
+                else f"{where}: mean cost {row.cost_mean:g} at budget 0"
+            )
+        if row.share_over_budget > self.max_share_over:
+            failures.append(
+                f"{where}: {row.share_over_budget:.0%} of episodes over budget"
+                f" > {self.max_share_over:.0%}"
+            )
         return failures
 
-    def _idle_failures(self, rows: Sequence[BudgetRow]) -> list[str]:
-        """Each budget above the tightest, per action mode, that the policy leaves unused."""
-        tightest = min((row.target_cost for row in rows), default=0.0)
+    def _row_idle_failures(self, row: BudgetRow, tightest: float) -> list[str]:
+        """Whether a budget above `tightest` (the tightest evaluated) is left unused."""
+        if row.target_cost <= tightest or row.cost_mean / row.target_cost >= self.min_budget_use:
+            return []
         return [
             f"kappa {row.target_cost:g} {action_mode(row.deterministic)}: mean cost"
             f" {row.cost_mean / row.target_cost:.3f} x budget < {self.min_budget_use:g} (idle)"
-            for row in rows
-            if row.target_cost > tightest and row.cost_mean / row.target_cost < self.min_budget_use
         ]
+
+    def _safety_failures(self, rows: Sequence[BudgetRow]) -> list[str]:
+        return [failure for row in rows for failure in self._row_safety_failures(row)]
+
+    def _idle_failures(self, rows: Sequence[BudgetRow]) -> list[str]:
+        tightest = min((row.target_cost for row in rows), default=0.0)
+        return [failure for row in rows for failure in self._row_idle_failures(row, tightest)]
+
+    def row_failures(self, row: BudgetRow, tightest: float) -> list[str]:
+        """Why one row does not count among rows whose tightest budget is `tightest`."""
+        return self._row_safety_failures(row) + self._row_idle_failures(row, tightest)
 
     def failures(self, rows: Sequence[BudgetRow]) -> list[str]:
         """Why the rows are not admissible (empty when they are)."""

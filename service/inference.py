@@ -55,8 +55,9 @@ class PendingAction:
 
     def window(self) -> Window:
         """The forward pass's inputs: the context's window, calibrated for its action mode."""
-        scale = self.policy.card.cost_input_scale(self.record.deterministic)
-        return self.record.context.window(scale)
+        context = self.record.context
+        scale = self.policy.card.cost_input_scale(self.record.deterministic, context.target_cost)
+        return context.window(scale)
 
     def finish(self, outputs: Outputs) -> EpisodeRecord:
         """The record with the action the forward pass's outputs give."""

@@ -167,6 +167,14 @@ def export_onnx(policy: OnnxPolicy, path: Path, opset: int = ONNX_OPSET) -> Path
     return write_atomic(path, write)
 
 
+def _mean_action_budget_scales(checkpoint: dict[str, Any]) -> list[dict[str, float]] | None:
+    """`cdt select`'s one mean-action scale as the card lists it: one entry, at every budget."""
+    scale = checkpoint.get("mean_action_budget_scale")
+    if scale is None:
+        return None
+    return [{"budget": min(checkpoint["config"]["eval_budgets"]), "scale": scale}]
+
+
 def model_card(
     checkpoint: dict[str, Any], name: str, version: str | None, opset: int
 ) -> dict[str, Any]:
@@ -189,7 +197,7 @@ def model_card(
         "reward_scale": stats["reward_scale"],
         "cost_scale": stats["cost_scale"],
         "budget_scale": checkpoint.get("budget_scale", 1.0),
-        "mean_action_budget_scale": checkpoint.get("mean_action_budget_scale"),
+        "mean_action_budget_scales": _mean_action_budget_scales(checkpoint),
         "deterministic": not model_config["stochastic"],
         "onnx_opset": opset,
         "git_commit": dataset.pop("git_commit", None) or git_commit(),

@@ -27,12 +27,48 @@ def test_write_then_read_keeps_typed_and_extra_keys(tmp_path: Path) -> None:
 
 def test_only_a_mean_action_calibration_rescales_the_cost_input(tmp_path: Path) -> None:
     card = write_card(tmp_path, CARD | {"budget_scale": 0.8})
-    assert card.cost_input_scale(deterministic=True) == card.cost_input_scale(False) == 1.0
-    card = update_card(tmp_path, mean_action_budget_scale=0.6)
-    assert card.cost_input_scale(deterministic=True) == pytest.approx(0.6 / 0.8)
-    assert card.cost_input_scale(deterministic=False) == 1.0
+    assert card.cost_input_scale(True, 10.0) == card.cost_input_scale(False, 10.0) == 1.0
+    card = update_card(tmp_path, mean_action_budget_scales=[{"budget": 10.0, "scale": 0.6}])
+    for budget in (0.0, 5.0, 10.0, 60.0):  # one entry: the same scale at every budget
+        assert card.cost_input_scale(True, budget) == pytest.approx(0.6 / 0.8)
+        assert card.cost_input_scale(False, budget) == 1.0
     with pytest.raises(CardError, match="greater than 0"):
-        update_card(tmp_path, mean_action_budget_scale=0.0)
+        update_card(tmp_path, mean_action_budget_scales=[{"budget": 10.0, "scale": 0.0}])
+
+
+def test_a_calibration_by_budget_feeds_a_budget_linear_between_its_entries(
+    tmp_path: Path,
+) -> None:
+    points = [
+        {"budget": 10.0, "scale": 1.4},  # fed 14
+        {"budget": 20.0, "scale": 1.0},  # fed 20
+        {"budget": 40.0, "scale": 0.8},  # fed 32
+    ]
+    card = write_card(tmp_path, CARD | {"mean_action_budget_scales": points})
+
+    def fed(budget: float) -> float:
+        return budget * card.cost_input_scale(True, budget)
+
+    assert [fed(budget) for budget in (5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 60.0)] == pytest.approx(
+        [7.0, 14.0, 17.0, 20.0, 26.0, 32.0, 48.0]
+    )
+    assert card.cost_input_scale(False, 15.0) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("points", "why"),
+    [
+        ([{"budget": 20.0, "scale": 1.0}, {"budget": 10.0, "scale": 1.0}], "increasing budgets"),
+        ([{"budget": 10.0, "scale": 1.0}, {"budget": 10.0, "scale": 0.9}], "increasing budgets"),
+        ([{"budget": 10.0, "scale": 2.5}, {"budget": 20.0, "scale": 1.0}], "never feed less"),
+        ([], "at least 1 item"),
+    ],
+)
+def test_a_calibration_that_feeds_less_at_a_looser_budget_is_refused(
+    tmp_path: Path, points: list[dict[str, float]], why: str
+) -> None:
+    with pytest.raises(CardError, match=why):
+        write_card(tmp_path, CARD | {"mean_action_budget_scales": points})
 
 
 def test_invalid_cards_are_refused_and_never_written(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from runtime.episodes import EpisodePolicy, EpisodeSpec, run_episodes
@@ -56,3 +58,31 @@ def test_run_episodes_same_seed_same_sampled_episode() -> None:
     specs = [EpisodeSpec(seed=7, target_reward=0.0, target_cost=10.0)] * 2
     first, second = run_episodes(recording_policy([]), "toy", specs, env_factory=toy_env_factory)
     assert (first.reward, first.cost) == (second.reward, second.cost)
+
+
+def test_run_episodes_scales_each_cost_input_at_the_episodes_current_budget() -> None:
+    """The calibration follows a budget change: the factor is looked up at the new limit."""
+    seen: list[dict[str, np.ndarray]] = []
+    asked: list[tuple[bool, float]] = []
+
+    def by_budget(deterministic: bool, budget: float) -> float:
+        asked.append((deterministic, budget))
+        return {8.0: 2.0, 20.0: 0.5}[budget] if deterministic else 1.0
+
+    policy = dataclasses.replace(recording_policy(seen), cost_input_scale=by_budget)
+    specs = [
+        EpisodeSpec(3, 5.0, 8.0, deterministic=True, cost_schedule=((4, 20.0),)),
+        EpisodeSpec(3, 5.0, 8.0, deterministic=False, cost_schedule=((4, 20.0),)),
+    ]
+    mean, sampled = run_episodes(
+        policy, "toy", specs, record_steps=True, env_factory=toy_env_factory
+    )
+    spent = np.concatenate([[0.0], np.cumsum(mean.step_costs)[:-1]])
+    budgets = np.where(np.arange(len(seen)) < 4, 8.0, 20.0)
+    factors = np.where(budgets == 8.0, 2.0, 0.5)
+    newest = [window["costs_to_go"][0, -1] for window in seen]
+    np.testing.assert_allclose(newest, factors * np.maximum(budgets - spent, 0.0), rtol=1e-6)
+    assert {budget for deterministic, budget in asked if deterministic} == {8.0, 20.0}
+    spent = np.concatenate([[0.0], np.cumsum(sampled.step_costs)[:-1]])
+    newest = [window["costs_to_go"][1, -1] for window in seen]
+    np.testing.assert_allclose(newest, np.maximum(budgets - spent, 0.0), rtol=1e-6)

@@ -57,7 +57,7 @@ def onnx_episode_policy(policy: Policy) -> EpisodePolicy:
         action_dim=card.action_dim,
         action_low=card.action_low,
         action_high=card.action_high,
-        mean_action_cost_input_scale=card.cost_input_scale(deterministic=True),
+        cost_input_scale=card.cost_input_scale,
     )
 
 

@@ -85,7 +85,16 @@ def evaluate_model(
 ) -> list[EpisodeResult]:
     """Run `specs` with the model in eval mode; its training mode is restored afterwards."""
     was_training = model.training
-    policy = torch_episode_policy(model, stats, budget_scale)
+    try:
+        return run_in_chunks(torch_episode_policy(model, stats, budget_scale), task, specs)
+    finally:
+        model.train(was_training)
+
+
+def run_in_chunks(
+    policy: EpisodePolicy, task: str, specs: Sequence[EpisodeSpec]
+) -> list[EpisodeResult]:
+    """`run_episodes` on at most EPISODES_AT_ONCE specs at a time, with a progress bar."""
     bar = tqdm(total=len(specs), desc="selection episodes", unit="episode", leave=False)
     try:
         # in chunks: one Bullet env holds ~90 MB, and 120 of them at once took 10.7 GB
@@ -98,7 +107,6 @@ def evaluate_model(
         ]
     finally:
         bar.close()
-        model.train(was_training)
 
 
 def evaluate_selection(

@@ -66,13 +66,15 @@ def test_selection_and_service_see_the_same_windows_and_actions(
 
 
 def served_episode(model_dir: Path, spec: EpisodeSpec) -> tuple[float, list[np.ndarray]]:
-    """(cost, actions) of one ToyEnv episode stepped through the REST service by hand."""
+    """(cost, actions) of one ToyEnv episode stepped through the REST service by hand, its
+    budget changes sent as PATCHes before the step they apply to."""
     settings = Settings(
         _env_file=None, models_dir=model_dir.parent, redis_url=None, api_tokens=frozenset()
     )
     env = ToyEnv()
     observation, _ = env.reset(seed=spec.seed)
-    served_cost, actions = 0.0, []
+    served_cost, actions, cost_limit = 0.0, [], spec.target_cost
+    schedule = dict(spec.cost_schedule)
     with TestClient(create_app(settings)) as client:
         answer = client.post(
             "/v1/episodes",
@@ -90,6 +92,10 @@ def served_episode(model_dir: Path, spec: EpisodeSpec) -> tuple[float, list[np.n
             actions.append(action)
             observation, reward, _, _, info = env.step(action)
             served_cost += info["cost"]
+            if step in schedule:
+                cost_limit = schedule[step]
+                path = f"/v1/episodes/{answer['episode_id']}/budget"
+                assert client.patch(path, json={"cost_limit": cost_limit}).status_code == 200
             answer = client.post(
                 f"/v1/episodes/{answer['episode_id']}/step",
                 json={
@@ -100,7 +106,7 @@ def served_episode(model_dir: Path, spec: EpisodeSpec) -> tuple[float, list[np.n
                 },
             ).json()
             np.testing.assert_allclose(
-                answer["remaining_cost"], max(spec.target_cost - served_cost, 0.0), atol=1e-9
+                answer["remaining_cost"], max(cost_limit - served_cost, 0.0), atol=1e-9
             )
     return served_cost, actions
 
@@ -114,8 +120,8 @@ def test_a_mean_action_calibration_reaches_the_network_in_every_loop(
     checkpoint_path, model_dir = exported_policy
     calibrated = tmp_path / "models" / model_dir.name
     shutil.copytree(model_dir, calibrated)
-    card = update_card(calibrated, mean_action_budget_scale=20.0)
-    assert card.budget_scale == 1.0 and card.cost_input_scale(deterministic=True) == 20.0
+    card = update_card(calibrated, mean_action_budget_scales=[{"budget": 3.0, "scale": 20.0}])
+    assert card.budget_scale == 1.0 and card.cost_input_scale(True, 3.0) == 20.0
     checkpoint = load_checkpoint(checkpoint_path)
     model = policy_from_checkpoint(checkpoint).model
     stats = NormalisationStats(**checkpoint["stats"])
@@ -143,7 +149,8 @@ def test_a_mean_action_calibration_reaches_the_network_in_every_loop(
         np.testing.assert_allclose(onnx_means, torch_means, atol=1e-5)
         for ours, theirs in zip(torch_windows, onnx_windows, strict=True):
             np.testing.assert_allclose(
-                theirs["costs_to_go"], ours["costs_to_go"] * card.cost_input_scale(deterministic)
+                theirs["costs_to_go"],
+                ours["costs_to_go"] * card.cost_input_scale(deterministic, 3.0),
             )
         served_cost, served_actions = served_episode(calibrated, spec)
         assert served_cost == by_onnx.cost
@@ -152,6 +159,39 @@ def test_a_mean_action_calibration_reaches_the_network_in_every_loop(
         np.testing.assert_allclose(served_actions[:-1], offline_actions, atol=1e-5)
         if deterministic:  # and the calibration changed what the mean action is
             assert np.abs(np.asarray(onnx_means) - np.asarray(uncalibrated)).max() > 1e-4
+
+
+def test_a_calibration_by_budget_follows_a_budget_change_offline_and_served(
+    exported_policy: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A mean action calibrated x1 at budget 3 and x10 at 6 switches factor when the budget
+    moves from 3 to 6 mid-episode, in the episode loop and through REST alike."""
+    _, model_dir = exported_policy
+    calibrated = tmp_path / "models" / model_dir.name
+    shutil.copytree(model_dir, calibrated)
+    points = [{"budget": 3.0, "scale": 1.0}, {"budget": 6.0, "scale": 10.0}]
+    update_card(calibrated, mean_action_budget_scales=points)
+    spec = EpisodeSpec(5, 30.0, 3.0, deterministic=True, cost_schedule=((4, 6.0),))
+    windows: list[dict[str, np.ndarray]] = []
+    plain = onnx_episode_policy(Policy.load(model_dir))
+    (offline,) = run_episodes(
+        recorded(onnx_episode_policy(Policy.load(calibrated)), windows),
+        "toy",
+        [spec],
+        env_factory=toy_env_factory,
+        record_steps=True,
+    )
+    spent = np.concatenate([[0.0], np.cumsum(offline.step_costs)[:-1]])
+    limits = np.where(np.arange(len(windows)) < 4, 3.0, 6.0)
+    factors = np.where(limits == 3.0, 1.0, 10.0)
+    newest = [window["costs_to_go"][0, -1] for window in windows]
+    np.testing.assert_allclose(newest, factors * np.maximum(limits - spent, 0.0), rtol=1e-6)
+    served_cost, served_actions = served_episode(calibrated, spec)
+    assert served_cost == offline.cost
+    offline_actions = [window["actions"][0, -2] for window in windows[1:]]
+    np.testing.assert_allclose(served_actions[:-1], offline_actions, atol=1e-5)
+    (uncalibrated,) = run_episodes(plain, "toy", [spec], env_factory=toy_env_factory)
+    assert uncalibrated.cost != offline.cost or uncalibrated.reward != offline.reward
 
 
 def test_selection_specs_cover_every_budget_and_mode_on_selection_seeds() -> None:

@@ -1,0 +1,136 @@
+"""Per-budget calibration of an exported policy's mean action (training/evaluation/calibrate.py)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from runtime.card import BudgetScale, read_card, update_card
+from runtime.protocol import BudgetRow, SelectionRule
+from training.evaluation import calibrate as calibrate_module
+from training.evaluation.calibrate import calibrate, calibrated_version, default_budgets
+
+
+def row(budget: float, cost: float, reward: float, share_over: float = 0.0) -> BudgetRow:
+    return BudgetRow(
+        target_reward=600.0,
+        target_cost=budget,
+        deterministic=True,
+        episodes=60,
+        reward_mean=reward,
+        reward_std=60**0.5,  # a standard error of 1 on 60 episodes
+        cost_mean=cost,
+        cost_std=1.0,
+        normalised_reward=reward / 10,
+        normalised_cost=cost / budget,
+        share_over_budget=share_over,
+    )
+
+
+class FakeMeasure:
+    """Cost = fed budget x the budget's responsiveness; reward grows with the budget."""
+
+    def __init__(self, responsiveness: dict[float, float], reward: dict[float, float]) -> None:
+        self.responsiveness, self.reward = responsiveness, reward
+        self.calls: list[tuple[float, float]] = []
+
+    def __call__(self, budget: float, scale: float) -> BudgetRow:
+        self.calls.append((budget, scale))
+        cost = budget * scale * self.responsiveness[budget]
+        return row(budget, cost, self.reward[budget] + scale)
+
+
+def test_each_budget_gets_the_largest_scale_that_passes_loosest_first() -> None:
+    # kappa 10 barely spends what it is fed, kappa 40 spends it all (CarRun's mean action)
+    measure = FakeMeasure({10.0: 0.4, 20.0: 0.5, 40.0: 0.7}, {10.0: 500, 20.0: 520, 40.0: 540})
+    chosen, measured = calibrate(measure, [10.0, 20.0, 40.0], [2.0, 1.6, 1.2, 1.0], SelectionRule())
+    assert chosen == [
+        BudgetScale(budget=10.0, scale=2.0),  # spends 0.8 of kappa
+        BudgetScale(budget=20.0, scale=1.6),  # 0.8; x2 spends all of it
+        BudgetScale(budget=40.0, scale=1.2),  # 0.84; x1.6 spends 1.12 of it
+    ]
+    assert measure.calls[0] == (40.0, 2.0)  # loosest first, largest first
+    assert [m.scale for m in measured if not m.failures] == [s.scale for s in reversed(chosen)]
+    assert [m.scale for m in measured if m.row.target_cost == 40.0] == [2.0, 1.6, 1.2]
+
+
+def test_a_tighter_budget_is_never_fed_more_than_a_looser_one() -> None:
+    # kappa 20 only passes at x0.5 (fed 10), so kappa 10 may be fed at most 10: x1.0
+    measure = FakeMeasure({10.0: 0.1, 20.0: 1.8}, {10.0: 400, 20.0: 500})
+    chosen, _ = calibrate(measure, [10.0, 20.0], [2.0, 1.5, 1.0, 0.5], SelectionRule())
+    assert chosen == [BudgetScale(budget=10.0, scale=1.0), BudgetScale(budget=20.0, scale=0.5)]
+    assert (10.0, 2.0) not in measure.calls and (10.0, 1.5) not in measure.calls
+
+
+def test_a_tighter_budget_must_earn_clearly_less() -> None:
+    # at kappa 10, x2 and x1.5 earn within a standard error of kappa 20's reward
+    measure = FakeMeasure({10.0: 0.3, 20.0: 0.3}, {10.0: 501.0, 20.0: 502.0})
+    chosen, measured = calibrate(measure, [10.0, 20.0], [2.0, 1.5, 1.0, 0.5], SelectionRule())
+    assert chosen == [BudgetScale(budget=10.0, scale=0.5), BudgetScale(budget=20.0, scale=2.0)]
+    assert "not clearly below" in measured[1].failures[0]
+
+
+def test_no_calibration_when_one_budget_has_no_scale_that_passes() -> None:
+    measure = FakeMeasure({10.0: 0.1, 20.0: 0.01}, {10.0: 400, 20.0: 500})  # idle at 20
+    chosen, measured = calibrate(measure, [10.0, 20.0], [2.0, 1.0], SelectionRule())
+    assert chosen is None
+    assert {m.row.target_cost for m in measured} == {20.0}  # kappa 10 never measured
+    assert all("(idle)" in m.failures[0] for m in measured)
+
+
+def test_the_command_writes_the_scales_and_every_row_to_the_card(
+    exported_policy: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, exported = exported_policy
+    model_dir = tmp_path / "model"
+    shutil.copytree(exported, model_dir)
+    measure = FakeMeasure({10.0: 0.4, 20.0: 0.4}, {10.0: 500, 20.0: 520})
+    monkeypatch.setattr(calibrate_module, "row_measurer", lambda policy, episodes: measure)
+    version = read_card(model_dir).version
+    calibrate_module.main([str(model_dir), "--budgets", "10", "20", "--scales", "2", "1"])
+    card = read_card(model_dir)
+    assert card.version == version + "+mean-calibrated"  # what a pinned episode started with
+    assert calibrated_version(card.version) == card.version
+    assert card.mean_action_budget_scales == [
+        BudgetScale(budget=10.0, scale=2.0),
+        BudgetScale(budget=20.0, scale=2.0),
+    ]
+    record = (card.evaluation or {})["calibration"]
+    assert record["chosen"] == [{"budget": 10.0, "scale": 2.0}, {"budget": 20.0, "scale": 2.0}]
+    assert [(r["target_cost"], r["scale"]) for r in record["rows"]] == [(20.0, 2.0), (10.0, 2.0)]
+
+
+def test_a_failed_calibration_keeps_the_cards_scales_and_its_rows(
+    exported_policy: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, exported = exported_policy
+    model_dir = tmp_path / "model"
+    shutil.copytree(exported, model_dir)
+    before = [{"budget": 10.0, "scale": 0.9}]
+    update_card(model_dir, mean_action_budget_scales=before)
+    measure = FakeMeasure({10.0: 0.1, 20.0: 0.01}, {10.0: 400, 20.0: 500})
+    monkeypatch.setattr(calibrate_module, "row_measurer", lambda policy, episodes: measure)
+    version = read_card(model_dir).version
+    with pytest.raises(SystemExit, match="unchanged"):
+        calibrate_module.main([str(model_dir), "--budgets", "10", "20", "--scales", "2", "1"])
+    card = read_card(model_dir)
+    assert card.version == version
+    assert card.mean_action_budget_scales == [BudgetScale(**before[0])]
+    record = (card.evaluation or {})["calibration"]
+    assert record["chosen"] is None and len(record["rows"]) == 2
+
+
+def test_by_default_every_budget_the_card_promises_is_calibrated(
+    exported_policy: tuple[Path, Path], tmp_path: Path
+) -> None:
+    _, exported = exported_policy
+    model_dir = tmp_path / "model"
+    shutil.copytree(exported, model_dir)
+    curve = [
+        {"target_cost": cost, "actual_cost": cost / 2} for cost in (0.0, 5.0, 10.0, 20.0, 80.0)
+    ]
+    card = update_card(model_dir, cost_curve=curve, validated_cost_range=[5.0, 20.0])
+    assert default_budgets(card) == [5.0, 10.0, 20.0]
+    assert default_budgets(update_card(model_dir, validated_cost_range=None)) == [10.0, 20.0, 40.0]
