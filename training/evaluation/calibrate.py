@@ -52,8 +52,11 @@ def row_measurer(policy: Policy, episodes: int) -> Measure:
     served = onnx_episode_policy(policy)
     targets = [target.model_dump() for target in card.default_targets or []]
     reward_range = card.reward_return_range
-    if reward_range is None:
-        raise SystemExit("cdt calibrate: the card names no dataset reward range")
+    if reward_range is None or not targets:
+        raise SystemExit(
+            "cdt calibrate: the card names no default targets or dataset reward range"
+            " (re-export the model, or `cdt card-update` it)"
+        )
 
     def measure(budget: float, scale: float) -> BudgetRow:
         factor = scale / card.budget_scale
@@ -77,6 +80,11 @@ def clearly_below(tighter: BudgetRow, looser: BudgetRow) -> bool:
     reason: BallRun's mean action earned 252.7 +- 10.3 at kappa 10 (x1.1) and 257.7 +- 36.1 at
     20 on 60 selection episodes, and 251.7 vs 250.8 on 10 fresh seeds."""
     return _reward_interval(tighter)[1] < _reward_interval(looser)[0]
+
+
+def clearly_above(tighter: BudgetRow, looser: BudgetRow) -> bool:
+    """Whether the tighter budget's reward lies above the looser one's beyond their errors."""
+    return _reward_interval(tighter)[0] > _reward_interval(looser)[1]
 
 
 def default_budgets(card: ModelCard) -> list[float]:
@@ -104,22 +112,29 @@ def calibrate(
     measured: list[Measurement] = []
     for budget in sorted(budgets, reverse=True):
         looser = chosen[-1] if chosen else None
-        found = None
+        found = plateau = None
         for scale in sorted(scales, reverse=True):
             if looser is not None and scale * budget > looser[0].fed:
                 continue  # a tighter budget must not be fed more than a looser one
             row = measure(budget, scale)
             failures = rule.row_failures(row, tightest)
-            if looser is not None and not clearly_below(row, looser[1]):
+            earns_less = looser is None or clearly_below(row, looser[1])
+            measured.append(Measurement(scale, row, failures))
+            if looser is not None and not earns_less:
                 failures.append(
                     f"kappa {budget:g} mean: reward {row.reward_mean:.1f} not clearly below"
                     f" kappa {looser[0].budget:g}'s {looser[1].reward_mean:.1f}"
                 )
-            measured.append(Measurement(scale, row, failures))
+                if not failures[:-1] and not clearly_above(row, looser[1]):
+                    plateau = plateau or (BudgetScale(budget=budget, scale=scale), row)
             on_measured(measured[-1])
             if not failures:
                 found = (BudgetScale(budget=budget, scale=scale), row)
                 break
+        # Where no scale earns clearly less, the reward is flat in the budget (BallRun's mean
+        # action earns 236-242 at kappa 5 whatever it is fed, 236.7 at 10): take the largest
+        # scale that earns no more than the looser budget does.
+        found = found or plateau
         if found is None:
             return None, measured
         chosen.append(found)

@@ -72,6 +72,17 @@ def test_a_tighter_budget_must_earn_clearly_less() -> None:
     assert "not clearly below" in measured[1].failures[0]
 
 
+def test_a_flat_reward_takes_the_largest_scale_not_earning_more() -> None:
+    # every kappa 10 scale earns within a standard error of kappa 20's reward
+    flat = FakeMeasure({10.0: 0.3, 20.0: 0.3}, {10.0: 500.0, 20.0: 500.5})
+    chosen, _ = calibrate(flat, [10.0, 20.0], [2.0, 1.0], SelectionRule())
+    assert chosen == [BudgetScale(budget=10.0, scale=2.0), BudgetScale(budget=20.0, scale=2.0)]
+    # but never one that earns clearly more than the looser budget
+    above = FakeMeasure({10.0: 0.3, 20.0: 0.3}, {10.0: 510.0, 20.0: 500.0})
+    chosen, measured = calibrate(above, [10.0, 20.0], [2.0, 1.0], SelectionRule())
+    assert chosen is None and len(measured) == 3
+
+
 def test_no_calibration_when_one_budget_has_no_scale_that_passes() -> None:
     measure = FakeMeasure({10.0: 0.1, 20.0: 0.01}, {10.0: 400, 20.0: 500})  # idle at 20
     chosen, measured = calibrate(measure, [10.0, 20.0], [2.0, 1.0], SelectionRule())
@@ -134,3 +145,14 @@ def test_by_default_every_budget_the_card_promises_is_calibrated(
     card = update_card(model_dir, cost_curve=curve, validated_cost_range=[5.0, 20.0])
     assert default_budgets(card) == [5.0, 10.0, 20.0]
     assert default_budgets(update_card(model_dir, validated_cost_range=None)) == [10.0, 20.0, 40.0]
+
+
+def test_a_card_without_default_targets_is_refused_with_what_to_do(
+    exported_policy: tuple[Path, Path], tmp_path: Path
+) -> None:
+    _, exported = exported_policy
+    model_dir = tmp_path / "model"
+    shutil.copytree(exported, model_dir)
+    update_card(model_dir, default_targets=None)
+    with pytest.raises(SystemExit, match=r"no default targets.*card-update"):
+        calibrate_module.main([str(model_dir)])
