@@ -2,7 +2,8 @@
 
 Stages, each skipped when its output is already there (run the command again to continue):
 collect (`datasets/<task>.hdf5`), train (`runs/pipeline-<name>/`, kept checkpoints, resumed from
-`last.pt`), select (`best.pt` by the reported protocol), export (`models/<name>/`) and evaluate
+`last.pt`), select (`best.pt` by the reported protocol), export (`models/<name>/`), calibrate
+(the mean action, budget by budget, recorded in the card) and evaluate
 (`reports/<name>/evaluation_protocol.json`, recorded in the card).
 """
 
@@ -136,6 +137,21 @@ def export(config: PipelineConfig) -> None:
     export_checkpoint(config.run_dir / "best.pt", config.model_dir, config.model_name)
 
 
+def calibrate(config: PipelineConfig) -> None:
+    from training.evaluation.calibrate import calibrate_model
+
+    if calibrate_model(config.model_dir) is None:
+        logger.warning("the mean action keeps the graph's budget scale: no calibration counted")
+
+
+def _calibrated(config: PipelineConfig) -> bool:
+    """Has calibration measured this model (whether or not a calibration counted)?"""
+    from runtime.card import read_card
+
+    card_file = config.model_dir / "model.json"
+    return card_file.is_file() and "calibration" in (read_card(config.model_dir).evaluation or {})
+
+
 def evaluate(config: PipelineConfig) -> None:
     from training.card_update import record_evaluation
     from training.evaluation.evaluate import evaluate_protocol, write_report
@@ -159,6 +175,7 @@ STAGES: list[Stage] = [
     ("train", train, _trained),
     ("select", select, lambda c: (c.run_dir / "best.pt").is_file()),  # training writes none
     ("export", export, lambda c: (c.model_dir / "model.onnx").is_file()),
+    ("calibrate", calibrate, _calibrated),
     ("evaluate", evaluate, lambda c: c.report.is_file()),
 ]
 

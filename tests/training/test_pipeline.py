@@ -96,3 +96,28 @@ def test_a_stopped_pipeline_exits_130_with_the_command_that_continues_it(
     assert "continue with: cdt pipeline --task SafetyCarRun-v0 --update-steps 8000" in (
         capsys.readouterr().err
     )
+
+
+def test_calibration_counts_as_done_once_measured_even_when_none_counted(
+    exported_policy: tuple[Path, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import shutil
+
+    from runtime.card import update_card
+    from training import pipeline
+
+    monkeypatch.chdir(tmp_path)
+    config = PipelineConfig(task="SafetyCarRun-v0")
+    shutil.copytree(exported_policy[1], config.model_dir)
+    assert not pipeline._calibrated(config)
+
+    def nothing_counted(model_dir: Path) -> None:
+        update_card(model_dir, evaluation={"calibration": {"chosen": None, "rows": []}})
+
+    monkeypatch.setattr("training.evaluation.calibrate.calibrate_model", nothing_counted)
+    pipeline.calibrate(config)  # the pipeline goes on to evaluate the uncalibrated model
+    assert "keeps the graph's budget scale" in caplog.text
+    assert pipeline._calibrated(config)

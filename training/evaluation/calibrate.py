@@ -164,6 +164,54 @@ def _record(
     }
 
 
+def calibrate_model(
+    model_dir: Path,
+    budgets: Sequence[float] | None = None,
+    scales: Sequence[float] = SCALES,
+    episodes: int = 60,
+    rule: SelectionRule | None = None,
+) -> list[BudgetScale] | None:
+    """Calibrate the exported policy in `model_dir` and write its card: the chosen scales (None
+    when a budget has none that counts: the card's calibration is then left as it was) and
+    every measured row, after each measurement."""
+    try:
+        policy = Policy.load(model_dir)
+    except (CardError, OSError) as error:
+        raise SystemExit(f"cdt calibrate: {error}") from error
+    budgets = budgets or default_budgets(policy.card)
+    if min(budgets) <= 0 or min(scales) <= 0:
+        raise SystemExit("cdt calibrate: budgets and scales must be > 0")
+    evaluation = dict(read_card(model_dir).evaluation or {})
+    measured_so_far: list[Measurement] = []
+
+    def on_measured(measurement: Measurement) -> None:
+        measured_so_far.append(measurement)
+        verdict = "counts" if not measurement.failures else "; ".join(measurement.failures)
+        logger.info("x%g: %s: %s", measurement.scale, describe([measurement.row]), verdict)
+        evaluation["calibration"] = _record(None, measured_so_far, episodes)
+        update_card(model_dir, evaluation=evaluation)
+
+    measure = row_measurer(policy, episodes)
+    chosen, measured = calibrate(measure, budgets, scales, rule or SelectionRule(), on_measured)
+    evaluation["calibration"] = _record(chosen, measured, episodes)
+    if chosen is None:
+        update_card(model_dir, evaluation=evaluation)
+        return None
+    card = update_card(
+        model_dir,
+        evaluation=evaluation,
+        mean_action_budget_scales=[point.model_dump() for point in chosen],
+        version=calibrated_version(policy.card.version),
+    )
+    logger.info(
+        "%s %s: mean action calibrated at %s",
+        card.name,
+        card.version,
+        ", ".join(f"kappa {point.budget:g} x{point.scale:g}" for point in chosen),
+    )
+    return chosen
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of `cdt calibrate`."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -185,45 +233,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-share-over", type=float, default=SelectionRule.max_share_over)
     parser.add_argument("--min-budget-use", type=float, default=SelectionRule.min_budget_use)
     args = parser.parse_args(argv)
-    try:
-        policy = Policy.load(args.model_dir)
-    except (CardError, OSError) as error:
-        raise SystemExit(f"cdt calibrate: {error}") from error
-    budgets = args.budgets or default_budgets(policy.card)
-    if min(budgets) <= 0 or min(args.scales) <= 0:
-        raise SystemExit("cdt calibrate: budgets and scales must be > 0")
     rule = SelectionRule(args.cost_margin, args.max_share_over, args.min_budget_use)
-    evaluation = dict(read_card(args.model_dir).evaluation or {})
-    measured_so_far: list[Measurement] = []
-
-    def on_measured(measurement: Measurement) -> None:
-        measured_so_far.append(measurement)
-        verdict = "counts" if not measurement.failures else "; ".join(measurement.failures)
-        logger.info("x%g: %s: %s", measurement.scale, describe([measurement.row]), verdict)
-        evaluation["calibration"] = _record(None, measured_so_far, args.episodes)
-        update_card(args.model_dir, evaluation=evaluation)
-
-    chosen, measured = calibrate(
-        row_measurer(policy, args.episodes), budgets, args.scales, rule, on_measured
-    )
-    evaluation["calibration"] = _record(chosen, measured, args.episodes)
+    chosen = calibrate_model(args.model_dir, args.budgets, args.scales, args.episodes, rule)
     if chosen is None:
-        update_card(args.model_dir, evaluation=evaluation)
         raise SystemExit(
             "cdt calibrate: no candidate scale counts at one budget; the card's calibration is"
             f" unchanged (rows in {args.model_dir}/model.json, evaluation.calibration)"
         )
-    card = update_card(
-        args.model_dir,
-        evaluation=evaluation,
-        mean_action_budget_scales=[point.model_dump() for point in chosen],
-        version=calibrated_version(policy.card.version),
-    )
-    print(
-        f"{card.name} {card.version}: mean action calibrated at "
-        + ", ".join(f"kappa {point.budget:g} x{point.scale:g}" for point in chosen)
-        + f"; re-run `cdt evaluate {args.model_dir} ... --record` for the reported seeds"
-    )
+    print(f"re-run `cdt evaluate {args.model_dir} ... --record` for the reported seeds")
 
 
 if __name__ == "__main__":
