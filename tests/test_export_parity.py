@@ -11,8 +11,9 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from runtime.card import ModelCard
 from tests.training.cdt_synthetic import tiny_config, write_dataset
-from training.export import INPUT_NAMES, OnnxPolicy, main, policy_from_checkpoint
+from training.export import INPUT_NAMES, OnnxPolicy, main, model_card, policy_from_checkpoint
 from training.learn.checkpoint import load_checkpoint
 from training.learn.train import train
 
@@ -95,6 +96,17 @@ def test_model_card_follows_the_artifact_contract(exported_policy: tuple[Path, P
     assert card["training_config"]["cost_transform"] is True
     assert card["onnx_opset"] >= 17 and card["git_commit"]
     assert card["max_episode_len"] == load_checkpoint(checkpoint)["stats"]["max_episode_len"]
+
+
+def test_a_mean_action_scale_chosen_by_select_reaches_the_card_as_one_entry(
+    exported_policy: tuple[Path, Path],
+):
+    checkpoint = load_checkpoint(exported_policy[0])
+    assert model_card(checkpoint, "m", None, 18)["mean_action_budget_scales"] is None
+    checkpoint |= {"budget_scale": 0.6, "mean_action_budget_scale": 1.0}
+    card = ModelCard.model_validate(model_card(checkpoint, "m", None, 18))
+    for budget in (5.0, 10.0, 40.0):  # select's scale holds at every budget
+        assert card.cost_input_scale(True, budget) == pytest.approx(1.0 / 0.6)
 
 
 def test_deterministic_policy_reports_a_constant_log_std(tmp_path: Path):
