@@ -13,7 +13,8 @@ from typing import Protocol
 
 import numpy as np
 
-from runtime.episodes import EpisodeResult
+from runtime.card import CardTarget
+from runtime.episodes import EpisodeResult, EpisodeSpec
 from runtime.scores import normalised_cost, normalised_reward
 
 REPORTED_BUDGETS = (10.0, 20.0, 40.0)
@@ -54,6 +55,22 @@ def target_reward_for(default_targets: Sequence[TargetLike], budget: float) -> f
         raise ValueError("no default targets: export the model with its dataset's targets")
     closest = min(default_targets, key=lambda target: abs(target.cost - budget))
     return float(closest.reward)
+
+
+def selection_specs(
+    default_targets: Sequence[dict[str, float]],
+    budgets: Sequence[float],
+    action_modes: Sequence[bool],
+    episodes: int,
+) -> list[EpisodeSpec]:
+    """Every (budget, action mode) pair on the same selection seeds; `True` = mean action."""
+    targets = [CardTarget.model_validate(target) for target in default_targets]
+    return [
+        EpisodeSpec(seed, target_reward_for(targets, budget), budget, deterministic)
+        for budget in budgets
+        for deterministic in action_modes
+        for seed in selection_seeds(episodes)
+    ]
 
 
 @dataclass(frozen=True)
@@ -195,3 +212,13 @@ class SelectionRule:
         if self.safe(rows):
             return -1.0 + self.budget_use(rows)
         return -1.0 - max(row.cost_mean / max(row.target_cost, 1e-8) for row in rows)
+
+
+def describe(rows: Sequence[BudgetRow]) -> str:
+    """One line per budget row, on the paper's score scale (reward 0-100, cost / kappa)."""
+    return "; ".join(
+        f"kappa {row.target_cost:g} {action_mode(row.deterministic)}: "
+        f"reward {row.normalised_reward:.1f} cost {row.normalised_cost:.2f} "
+        f"(over {row.share_over_budget:.0%})"
+        for row in rows
+    )

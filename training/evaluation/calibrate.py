@@ -23,10 +23,16 @@ from typing import Any
 
 from runtime.arguments import positive_int
 from runtime.card import BudgetScale, CardError, ModelCard, read_card, update_card
-from runtime.protocol import REPORTED_BUDGETS, BudgetRow, SelectionRule, summarise
+from runtime.protocol import (
+    REPORTED_BUDGETS,
+    BudgetRow,
+    SelectionRule,
+    describe,
+    selection_specs,
+    summarise,
+)
 from service.policy import Policy
-from training.evaluation.evaluate import onnx_episode_policy
-from training.evaluation.selection import describe, run_in_chunks, selection_specs
+from training.evaluation.evaluate import onnx_episode_policy, run_in_chunks
 
 logger = logging.getLogger(__name__)
 

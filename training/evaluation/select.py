@@ -18,10 +18,9 @@ from typing import Any
 
 from runtime.arguments import positive_int
 from runtime.files import write_atomic
-from runtime.protocol import BudgetRow, SelectionRule
+from runtime.protocol import BudgetRow, SelectionRule, describe
 from training.data.windows import NormalisationStats
 from training.evaluation.selection import (
-    describe,
     evaluate_selection,
     selection_record,
     verdict,

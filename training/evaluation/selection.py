@@ -15,20 +15,17 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from runtime.card import CardTarget
 from runtime.context import WINDOW_NAMES
-from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec, run_episodes
+from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec
 from runtime.protocol import (
     BudgetRow,
     SelectionRule,
-    action_mode,
-    selection_seeds,
+    selection_specs,
     summarise,
-    target_reward_for,
 )
 from training.data.windows import NormalisationStats
+from training.evaluation.evaluate import run_in_chunks
 from training.export import OnnxPolicy
 from training.learn.config import TrainConfig
 from training.learn.model import ConstrainedDecisionTransformer
@@ -56,26 +53,6 @@ def torch_episode_policy(
     )
 
 
-EPISODES_AT_ONCE = 60
-"""Episodes stepped together in one evaluation chunk (memory, not speed, sets it)."""
-
-
-def selection_specs(
-    default_targets: Sequence[dict[str, float]],
-    budgets: Sequence[float],
-    action_modes: Sequence[bool],
-    episodes: int,
-) -> list[EpisodeSpec]:
-    """Every (budget, action mode) pair on the same selection seeds; `True` = mean action."""
-    targets = [CardTarget.model_validate(target) for target in default_targets]
-    return [
-        EpisodeSpec(seed, target_reward_for(targets, budget), budget, deterministic)
-        for budget in budgets
-        for deterministic in action_modes
-        for seed in selection_seeds(episodes)
-    ]
-
-
 def evaluate_model(
     model: ConstrainedDecisionTransformer,
     stats: NormalisationStats,
@@ -89,24 +66,6 @@ def evaluate_model(
         return run_in_chunks(torch_episode_policy(model, stats, budget_scale), task, specs)
     finally:
         model.train(was_training)
-
-
-def run_in_chunks(
-    policy: EpisodePolicy, task: str, specs: Sequence[EpisodeSpec]
-) -> list[EpisodeResult]:
-    """`run_episodes` on at most EPISODES_AT_ONCE specs at a time, with a progress bar."""
-    bar = tqdm(total=len(specs), desc="selection episodes", unit="episode", leave=False)
-    try:
-        # in chunks: one Bullet env holds ~90 MB, and 120 of them at once took 10.7 GB
-        return [
-            result
-            for start in range(0, len(specs), EPISODES_AT_ONCE)
-            for result in run_episodes(
-                policy, task, specs[start : start + EPISODES_AT_ONCE], on_episode_end=bar.update
-            )
-        ]
-    finally:
-        bar.close()
 
 
 def evaluate_selection(
@@ -154,13 +113,3 @@ def verdict(record: dict[str, Any]) -> str:
     """'admissible', or 'not admissible' with every reason a selection record gives."""
     failures = record["failures"]
     return "admissible" if not failures else "not admissible: " + ", ".join(failures)
-
-
-def describe(rows: Sequence[BudgetRow]) -> str:
-    """One line per budget row, on the paper's score scale (reward 0-100, cost / kappa)."""
-    return "; ".join(
-        f"kappa {row.target_cost:g} {action_mode(row.deterministic)}: "
-        f"reward {row.normalised_reward:.1f} cost {row.normalised_cost:.2f} "
-        f"(over {row.share_over_budget:.0%})"
-        for row in rows
-    )

@@ -20,7 +20,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
-from runtime.protocol import BudgetRow, SelectionRule, action_mode
+from runtime.protocol import BudgetRow, SelectionRule, action_mode, describe
 from training.data.dataset import OfflineDataset, load_dataset
 from training.data.windows import (
     Batch,
@@ -34,7 +34,6 @@ from training.data.windows import (
     window_coverage,
 )
 from training.evaluation.selection import (
-    describe,
     evaluate_selection,
     selection_record,
     verdict,
