@@ -42,6 +42,19 @@ class FakeMeasure:
         return row(budget, cost, self.reward[budget] + scale)
 
 
+@pytest.fixture
+def model_dir(exported_policy: tuple[Path, Path], tmp_path: Path) -> Path:
+    """A copy of the tiny exported policy, its card free to change."""
+    copy = tmp_path / "model"
+    shutil.copytree(exported_policy[1], copy)
+    return copy
+
+
+def measured_by(monkeypatch: pytest.MonkeyPatch, measure: FakeMeasure) -> None:
+    """`cdt calibrate` measures with `measure` instead of the simulator."""
+    monkeypatch.setattr(calibrate_module, "row_measurer", lambda policy, episodes: measure)
+
+
 def test_each_budget_gets_the_largest_scale_that_passes_loosest_first() -> None:
     # kappa 10 barely spends what it is fed, kappa 40 spends it all (CarRun's mean action)
     measure = FakeMeasure({10.0: 0.4, 20.0: 0.5, 40.0: 0.7}, {10.0: 500, 20.0: 520, 40.0: 540})
@@ -92,13 +105,10 @@ def test_no_calibration_when_one_budget_has_no_scale_that_passes() -> None:
 
 
 def test_the_command_writes_the_scales_and_every_row_to_the_card(
-    exported_policy: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _, exported = exported_policy
-    model_dir = tmp_path / "model"
-    shutil.copytree(exported, model_dir)
     measure = FakeMeasure({10.0: 0.4, 20.0: 0.4}, {10.0: 500, 20.0: 520})
-    monkeypatch.setattr(calibrate_module, "row_measurer", lambda policy, episodes: measure)
+    measured_by(monkeypatch, measure)
     version = read_card(model_dir).version
     calibrate_module.main([str(model_dir), "--budgets", "10", "20", "--scales", "2", "1"])
     card = read_card(model_dir)
@@ -114,15 +124,12 @@ def test_the_command_writes_the_scales_and_every_row_to_the_card(
 
 
 def test_a_failed_calibration_keeps_the_cards_scales_and_its_rows(
-    exported_policy: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _, exported = exported_policy
-    model_dir = tmp_path / "model"
-    shutil.copytree(exported, model_dir)
     before = [{"budget": 10.0, "scale": 0.9}]
     update_card(model_dir, mean_action_budget_scales=before)
     measure = FakeMeasure({10.0: 0.1, 20.0: 0.01}, {10.0: 400, 20.0: 500})
-    monkeypatch.setattr(calibrate_module, "row_measurer", lambda policy, episodes: measure)
+    measured_by(monkeypatch, measure)
     version = read_card(model_dir).version
     with pytest.raises(SystemExit, match="unchanged"):
         calibrate_module.main([str(model_dir), "--budgets", "10", "20", "--scales", "2", "1"])
@@ -134,11 +141,8 @@ def test_a_failed_calibration_keeps_the_cards_scales_and_its_rows(
 
 
 def test_by_default_every_budget_the_card_promises_is_calibrated(
-    exported_policy: tuple[Path, Path], tmp_path: Path
+    model_dir: Path,
 ) -> None:
-    _, exported = exported_policy
-    model_dir = tmp_path / "model"
-    shutil.copytree(exported, model_dir)
     curve = [
         {"target_cost": cost, "actual_cost": cost / 2} for cost in (0.0, 5.0, 10.0, 20.0, 80.0)
     ]
@@ -148,11 +152,8 @@ def test_by_default_every_budget_the_card_promises_is_calibrated(
 
 
 def test_a_card_without_default_targets_is_refused_with_what_to_do(
-    exported_policy: tuple[Path, Path], tmp_path: Path
+    model_dir: Path,
 ) -> None:
-    _, exported = exported_policy
-    model_dir = tmp_path / "model"
-    shutil.copytree(exported, model_dir)
     update_card(model_dir, default_targets=None)
     with pytest.raises(SystemExit, match=r"no default targets.*card-update"):
         calibrate_module.main([str(model_dir)])
