@@ -5,10 +5,11 @@ every budget: the shipped CarRun model's mean action spends 0.07 of kappa = 10 w
 budget, and 0.88 of kappa = 40. So for each budget the card promises to keep, loosest first, this
 takes the largest candidate scale whose mean-action row passes the selection rule
 (`SelectionRule.row_failures`) on the selection seeds, with the served forward pass; a tighter
-budget may neither be fed more than a looser one nor earn a reward that is not clearly below it.
-The chosen scales go to the card's `mean_action_budget_scales` (the service interpolates between
-them), every measured row to its `evaluation.calibration`, written after each measurement.
-Sampled actions keep the graph's `budget_scale`.
+budget may neither be fed more than a looser one nor earn a reward that is not clearly below it
+(where no scale earns clearly less, the largest that earns no more). The chosen scales go to the
+card's `mean_action_budget_scales` (the service interpolates between them), every measured row to
+its `evaluation.calibration`, written after each measurement. Sampled actions keep the graph's
+`budget_scale`.
 """
 
 from __future__ import annotations
@@ -124,15 +125,14 @@ def calibrate(
                 continue  # a tighter budget must not be fed more than a looser one
             row = measure(budget, scale)
             failures = rule.row_failures(row, tightest)
-            earns_less = looser is None or clearly_below(row, looser[1])
-            measured.append(Measurement(scale, row, failures))
-            if looser is not None and not earns_less:
+            if looser is not None and not clearly_below(row, looser[1]):
+                if not failures and not clearly_above(row, looser[1]):
+                    plateau = plateau or (BudgetScale(budget=budget, scale=scale), row)
                 failures.append(
                     f"kappa {budget:g} mean: reward {row.reward_mean:.1f} not clearly below"
                     f" kappa {looser[0].budget:g}'s {looser[1].reward_mean:.1f}"
                 )
-                if not failures[:-1] and not clearly_above(row, looser[1]):
-                    plateau = plateau or (BudgetScale(budget=budget, scale=scale), row)
+            measured.append(Measurement(scale, row, failures))
             on_measured(measured[-1])
             if not failures:
                 found = (BudgetScale(budget=budget, scale=scale), row)
