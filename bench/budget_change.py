@@ -14,7 +14,6 @@ still be kept depends on when the policy spends, which this measures.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -23,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the repo
 
-from bench.local_server import running_server
+from bench.local_server import add_service_arguments, service_url
 from clients.rollout import EpisodeOutcome, RolloutConfig, parse_cost_schedule, run_rollouts
 from runtime.arguments import positive_int
 from runtime.protocol import action_mode
@@ -105,9 +104,7 @@ def report(model: str, results: Sequence[ScheduleResult]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", required=True, help="model names to drive")
-    parser.add_argument("--models-dir", type=Path, default=Path("models"))
-    parser.add_argument("--server", help="a running service (default: start one here)")
+    add_service_arguments(parser)
     parser.add_argument("--episodes", type=positive_int, default=10, help="episodes per row")
     parser.add_argument("--seed", type=int, default=950_000, help="first episode seed")
     parser.add_argument(
@@ -121,12 +118,7 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as error:
             parser.error(f"--schedules {schedule!r}: {error}")
     kept: dict[str, list[dict[str, object]]] = {}
-    server = (
-        running_server(args.models_dir)
-        if args.server is None
-        else contextlib.nullcontext(args.server.rstrip("/"))
-    )
-    with server as url:
+    with service_url(args) as url:
         for model in args.models:
             results, outcomes = measure(url, model, args.schedules, args.episodes, args.seed)
             report(model, results)

@@ -20,7 +20,6 @@ Exit status 1 when a model fails a check. `--json FILE` keeps every episode.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -29,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the repo
 
-from bench.local_server import running_server
+from bench.local_server import add_service_arguments, service_url
 from clients.rollout import EpisodeOutcome, RolloutConfig, run_rollouts, summarise
 from runtime.arguments import budget, positive_int
 from runtime.protocol import REPORTED_BUDGETS, action_mode
@@ -129,9 +128,7 @@ def report(model: str, results: Sequence[BudgetResult]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", required=True, help="model names to drive")
-    parser.add_argument("--models-dir", type=Path, default=Path("models"))
-    parser.add_argument("--server", help="a running service (default: start one here)")
+    add_service_arguments(parser)
     parser.add_argument(
         "--episodes", type=positive_int, default=10, help="episodes per budget and mode"
     )
@@ -141,12 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     failed: dict[str, list[str]] = {}
     kept: dict[str, list[dict[str, object]]] = {}
-    server = (
-        running_server(args.models_dir)
-        if args.server is None
-        else contextlib.nullcontext(args.server.rstrip("/"))
-    )
-    with server as url:
+    with service_url(args) as url:
         for model in args.models:
             results, outcomes = measure(url, model, args.budgets, args.episodes, args.seed)
             failed[model] = report(model, results)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import socket
@@ -58,3 +59,17 @@ def running_server(
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def add_service_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--models`, `--models-dir` and `--server`, as the outside benchmarks take them."""
+    parser.add_argument("--models", nargs="+", required=True, help="model names to drive")
+    parser.add_argument("--models-dir", type=Path, default=Path("models"))
+    parser.add_argument("--server", help="a running service (default: start one here)")
+
+
+def service_url(args: argparse.Namespace) -> contextlib.AbstractContextManager[str]:
+    """The running service `--server` names, or one started here on `--models-dir`."""
+    if args.server is None:
+        return running_server(args.models_dir)
+    return contextlib.nullcontext(args.server.rstrip("/"))
