@@ -2,7 +2,7 @@
 
 A CDT's mean action follows the cost-to-go it is fed, but not to scale, and not by one factor at
 every budget: the shipped CarRun model's mean action spends 0.07 of kappa = 10 when fed the whole
-budget, and 0.88 of kappa = 40. So for each budget the card promises to keep, loosest first, this
+budget, and 0.92 of kappa = 40. So for each budget the card promises to keep, loosest first, this
 takes the largest candidate scale whose mean-action row passes the selection rule
 (`SelectionRule.row_failures`) on the selection seeds, with the served forward pass; a tighter
 budget may neither be fed more than a looser one nor earn a reward that is not clearly below it
