@@ -145,11 +145,14 @@ def calibrate(config: PipelineConfig) -> None:
 
 
 def _calibrated(config: PipelineConfig) -> bool:
-    """Has calibration measured this model (whether or not a calibration counted)?"""
+    """Has calibration finished on this model (whether or not a calibration counted)? An
+    interrupted one left its rows in the card, unfinished: it runs again."""
     from runtime.card import read_card
 
-    card_file = config.model_dir / "model.json"
-    return card_file.is_file() and "calibration" in (read_card(config.model_dir).evaluation or {})
+    if not (config.model_dir / "model.json").is_file():
+        return False
+    record = (read_card(config.model_dir).evaluation or {}).get("calibration") or {}
+    return bool(record.get("finished"))
 
 
 def evaluate(config: PipelineConfig) -> None:

@@ -98,7 +98,7 @@ def test_a_stopped_pipeline_exits_130_with_the_command_that_continues_it(
     )
 
 
-def test_calibration_counts_as_done_once_measured_even_when_none_counted(
+def test_calibration_counts_as_done_once_finished_even_when_none_counted(
     exported_policy: tuple[Path, Path],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -114,8 +114,11 @@ def test_calibration_counts_as_done_once_measured_even_when_none_counted(
     shutil.copytree(exported_policy[1], config.model_dir)
     assert not pipeline._calibrated(config)
 
+    update_card(config.model_dir, evaluation={"calibration": {"finished": False, "chosen": None}})
+    assert not pipeline._calibrated(config)  # interrupted mid-way: it runs again
+
     def nothing_counted(model_dir: Path) -> None:
-        update_card(model_dir, evaluation={"calibration": {"chosen": None, "rows": []}})
+        update_card(model_dir, evaluation={"calibration": {"finished": True, "chosen": None}})
 
     monkeypatch.setattr("training.evaluation.calibrate.calibrate_model", nothing_counted)
     pipeline.calibrate(config)  # the pipeline goes on to evaluate the uncalibrated model

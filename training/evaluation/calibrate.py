@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.arguments import positive_int
-from runtime.card import BudgetScale, CardError, ModelCard, read_card, update_card
+from runtime.card import BudgetScale, CardError, ModelCard, update_card
 from runtime.protocol import (
     REPORTED_BUDGETS,
     BudgetRow,
@@ -157,9 +157,14 @@ def calibrated_version(version: str) -> str:
 
 
 def _record(
-    chosen: list[BudgetScale] | None, measured: list[Measurement], episodes: int
+    chosen: list[BudgetScale] | None,
+    measured: list[Measurement],
+    episodes: int,
+    finished: bool = True,
 ) -> dict[str, Any]:
+    """What the card keeps of a calibration; `finished` is False while rows are still coming."""
     return {
+        "finished": finished,
         "action_mode": "mean",
         "episodes": episodes,
         "seeds": "selection",
@@ -187,14 +192,14 @@ def calibrate_model(
     budgets = budgets or default_budgets(policy.card)
     if min(budgets) <= 0 or min(scales) <= 0:
         raise SystemExit("cdt calibrate: budgets and scales must be > 0")
-    evaluation = dict(read_card(model_dir).evaluation or {})
+    evaluation = dict(policy.card.evaluation or {})
     measured_so_far: list[Measurement] = []
 
     def on_measured(measurement: Measurement) -> None:
         measured_so_far.append(measurement)
         verdict = "counts" if not measurement.failures else "; ".join(measurement.failures)
         logger.info("x%g: %s: %s", measurement.scale, describe([measurement.row]), verdict)
-        evaluation["calibration"] = _record(None, measured_so_far, episodes)
+        evaluation["calibration"] = _record(None, measured_so_far, episodes, finished=False)
         update_card(model_dir, evaluation=evaluation)
 
     measure = row_measurer(policy, episodes)

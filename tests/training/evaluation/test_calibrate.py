@@ -108,7 +108,14 @@ def test_the_command_writes_the_scales_and_every_row_to_the_card(
     model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     measure = FakeMeasure({10.0: 0.4, 20.0: 0.4}, {10.0: 500, 20.0: 520})
-    measured_by(monkeypatch, measure)
+    seen_mid_way: list[object] = []
+
+    def watched(budget: float, scale: float) -> BudgetRow:
+        record = (read_card(model_dir).evaluation or {}).get("calibration")
+        seen_mid_way.append(record and (record["finished"], len(record["rows"])))
+        return measure(budget, scale)
+
+    monkeypatch.setattr(calibrate_module, "row_measurer", lambda policy, episodes: watched)
     version = read_card(model_dir).version
     calibrate_module.main([str(model_dir), "--budgets", "10", "20", "--scales", "2", "1"])
     card = read_card(model_dir)
@@ -119,6 +126,8 @@ def test_the_command_writes_the_scales_and_every_row_to_the_card(
         BudgetScale(budget=20.0, scale=2.0),
     ]
     record = (card.evaluation or {})["calibration"]
+    assert record["finished"] is True
+    assert seen_mid_way == [None, (False, 1)]  # each row written as measured, not yet finished
     assert record["chosen"] == [{"budget": 10.0, "scale": 2.0}, {"budget": 20.0, "scale": 2.0}]
     assert [(r["target_cost"], r["scale"]) for r in record["rows"]] == [(20.0, 2.0), (10.0, 2.0)]
 
@@ -137,7 +146,7 @@ def test_a_failed_calibration_keeps_the_cards_scales_and_its_rows(
     assert card.version == version
     assert card.mean_action_budget_scales == [BudgetScale(**before[0])]
     record = (card.evaluation or {})["calibration"]
-    assert record["chosen"] is None and len(record["rows"]) == 2
+    assert record["chosen"] is None and len(record["rows"]) == 2 and record["finished"] is True
 
 
 def test_by_default_every_budget_the_card_promises_is_calibrated(
