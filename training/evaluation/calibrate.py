@@ -6,10 +6,12 @@ budget, and 0.92 of kappa = 40. So for each budget the card promises to keep, lo
 takes the largest candidate scale whose mean-action row passes the selection rule
 (`SelectionRule.row_failures`) on the selection seeds, with the served forward pass; a tighter
 budget may neither be fed more than a looser one nor earn a reward that is not clearly below it
-(where no scale earns clearly less, the largest that earns no more). The chosen scales go to the
-card's `mean_action_budget_scales` (the service interpolates between them), every measured row to
-its `evaluation.calibration`, written after each measurement. Sampled actions keep the graph's
-`budget_scale`.
+(where no scale earns clearly less, the largest that earns no more). Nor may a scale spend more
+by half the episode than the tightest budget, unless the graph's own scale spends more there too
+(then no more than it): a controller that tightens the budget at mid-episode must find it left.
+The chosen scales go to the card's `mean_action_budget_scales` (the service interpolates between
+them), every measured row to its `evaluation.calibration`, written after each measurement.
+Sampled actions keep the graph's `budget_scale`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from runtime.arguments import positive_int
 from runtime.card import BudgetScale, CardError, ModelCard, update_card
@@ -40,17 +44,32 @@ logger = logging.getLogger(__name__)
 SCALES = (2.0, 1.8, 1.6, 1.4, 1.2, 1.1, 1.0, 0.9, 0.8, 0.7, 0.6)
 """Candidate scales, largest first (the network is fed scale x the budget left)."""
 
-Measure = Callable[[float, float], BudgetRow]
-"""(budget, scale) -> the mean action's row on the selection seeds."""
+
+@dataclasses.dataclass(frozen=True)
+class PacedRow:
+    """The mean action's row at one (budget, scale), and its mean cost by half the episode."""
+
+    row: BudgetRow
+    cost_by_half: float
+
+
+Measure = Callable[[float, float], PacedRow]
+"""(budget, scale) -> the mean action's paced row on the selection seeds."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Measurement:
-    """One (budget, scale) tried and why it does not count (empty: it does)."""
+    """One (budget, scale) tried and why it does not count (empty: it does). A pace reference
+    is the graph's own scale, measured for the pacing limit rather than tried."""
 
     scale: float
-    row: BudgetRow
+    paced: PacedRow
     failures: list[str]
+    pace_reference: bool = False
+
+    @property
+    def row(self) -> BudgetRow:
+        return self.paced.row
 
 
 def row_measurer(policy: Policy, episodes: int) -> Measure:
@@ -65,12 +84,16 @@ def row_measurer(policy: Policy, episodes: int) -> Measure:
             " (re-export the model, or `cdt card-update` it)"
         )
 
-    def measure(budget: float, scale: float) -> BudgetRow:
+    half = card.max_episode_len // 2
+
+    def measure(budget: float, scale: float) -> PacedRow:
         factor = scale / card.budget_scale
         scaled = dataclasses.replace(served, cost_input_scale=lambda deterministic, _: factor)
         specs = selection_specs(targets, [budget], [True], episodes)
-        (row,) = summarise(run_in_chunks(scaled, card.task, specs), reward_range)
-        return row
+        results = run_in_chunks(scaled, card.task, specs, record_steps=True)
+        (row,) = summarise(results, reward_range)
+        by_half = np.mean([sum(result.step_costs[:half]) for result in results])
+        return PacedRow(row, float(by_half))
 
     return measure
 
@@ -111,20 +134,43 @@ def calibrate(
     budgets: Sequence[float],
     scales: Sequence[float],
     rule: SelectionRule,
+    graph_scale: float,
     on_measured: Callable[[Measurement], object] = lambda measurement: None,
 ) -> tuple[list[BudgetScale] | None, list[Measurement]]:
     """The chosen scale per budget (None when a budget has none that counts) and every row."""
     tightest = min(budgets)
     chosen: list[tuple[BudgetScale, BudgetRow]] = []
     measured: list[Measurement] = []
+    rows: dict[tuple[float, float], PacedRow] = {}
+
+    def paced_row(budget: float, scale: float, pace_reference: bool = False) -> PacedRow:
+        if (budget, scale) not in rows:
+            rows[budget, scale] = measure(budget, scale)
+            if pace_reference:
+                measured.append(Measurement(scale, rows[budget, scale], [], pace_reference=True))
+                on_measured(measured[-1])
+        return rows[budget, scale]
+
+    def pace_limit(budget: float) -> float:
+        # Measured reason: calibrated at kappa 40 (x1.4), CarRun's mean action spent 29.6 of its
+        # 36 by step 100 of 200, so a controller's 40 -> 10 at mid-episode found nothing left;
+        # the graph's x0.8 spent 4.4 by then and 33 in all, at the same reward.
+        return max(tightest, paced_row(budget, graph_scale, pace_reference=True).cost_by_half)
+
     for budget in sorted(budgets, reverse=True):
         looser = chosen[-1] if chosen else None
         found = plateau = None
         for scale in sorted(scales, reverse=True):
             if looser is not None and scale * budget > looser[0].fed:
                 continue  # a tighter budget must not be fed more than a looser one
-            row = measure(budget, scale)
+            paced = paced_row(budget, scale)
+            row = paced.row
             failures = rule.row_failures(row, tightest)
+            if paced.cost_by_half > tightest and paced.cost_by_half > pace_limit(budget):
+                failures.append(
+                    f"kappa {budget:g} mean: spent {paced.cost_by_half:.1f} by half the episode"
+                    f" > {pace_limit(budget):.1f} (a tightening to kappa {tightest:g} then)"
+                )
             if looser is not None and not clearly_below(row, looser[1]):
                 if not failures and not clearly_above(row, looser[1]):
                     plateau = plateau or (BudgetScale(budget=budget, scale=scale), row)
@@ -132,7 +178,7 @@ def calibrate(
                     f"kappa {budget:g} mean: reward {row.reward_mean:.1f} not clearly below"
                     f" kappa {looser[0].budget:g}'s {looser[1].reward_mean:.1f}"
                 )
-            measured.append(Measurement(scale, row, failures))
+            measured.append(Measurement(scale, paced, failures))
             on_measured(measured[-1])
             if not failures:
                 found = (BudgetScale(budget=budget, scale=scale), row)
@@ -170,7 +216,11 @@ def _record(
         "seeds": "selection",
         "chosen": None if chosen is None else [point.model_dump() for point in chosen],
         "rows": [
-            {"scale": m.scale, "failures": m.failures} | dataclasses.asdict(m.row) for m in measured
+            {"scale": m.scale, "failures": m.failures}
+            | ({"pace_reference": True} if m.pace_reference else {})
+            | dataclasses.asdict(m.row)
+            | {"cost_by_half_episode": m.paced.cost_by_half}
+            for m in measured
         ],
     }
 
@@ -198,12 +248,22 @@ def calibrate_model(
     def on_measured(measurement: Measurement) -> None:
         measured_so_far.append(measurement)
         verdict = "counts" if not measurement.failures else "; ".join(measurement.failures)
-        logger.info("x%g: %s: %s", measurement.scale, describe([measurement.row]), verdict)
+        if measurement.pace_reference:
+            verdict = "the graph's own scale (pacing reference)"
+        logger.info(
+            "x%g: %s, %.1f by half the episode: %s",
+            measurement.scale,
+            describe([measurement.row]),
+            measurement.paced.cost_by_half,
+            verdict,
+        )
         evaluation["calibration"] = _record(None, measured_so_far, episodes, finished=False)
         update_card(model_dir, evaluation=evaluation)
 
     measure = row_measurer(policy, episodes)
-    chosen, measured = calibrate(measure, budgets, scales, rule or SelectionRule(), on_measured)
+    chosen, measured = calibrate(
+        measure, budgets, scales, rule or SelectionRule(), policy.card.budget_scale, on_measured
+    )
     evaluation["calibration"] = _record(chosen, measured, episodes)
     if chosen is None:
         update_card(model_dir, evaluation=evaluation)

@@ -66,7 +66,7 @@ EPISODES_AT_ONCE = 60
 
 
 def run_in_chunks(
-    policy: EpisodePolicy, task: str, specs: Sequence[EpisodeSpec]
+    policy: EpisodePolicy, task: str, specs: Sequence[EpisodeSpec], record_steps: bool = False
 ) -> list[EpisodeResult]:
     """`run_episodes` on at most EPISODES_AT_ONCE specs at a time, with a progress bar."""
     bar = tqdm(total=len(specs), desc="selection episodes", unit="episode", leave=False)
@@ -76,7 +76,11 @@ def run_in_chunks(
             result
             for start in range(0, len(specs), EPISODES_AT_ONCE)
             for result in run_episodes(
-                policy, task, specs[start : start + EPISODES_AT_ONCE], on_episode_end=bar.update
+                policy,
+                task,
+                specs[start : start + EPISODES_AT_ONCE],
+                record_steps=record_steps,
+                on_episode_end=bar.update,
             )
         ]
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,14 @@ import pytest
 from runtime.card import BudgetScale, read_card, update_card
 from runtime.protocol import BudgetRow, SelectionRule
 from training.evaluation import calibrate as calibrate_module
-from training.evaluation.calibrate import calibrate, calibrated_version, default_budgets
+from training.evaluation.calibrate import (
+    PacedRow,
+    calibrate,
+    calibrated_version,
+    default_budgets,
+)
+
+GRAPH_SCALE = 0.8
 
 
 def row(budget: float, cost: float, reward: float, share_over: float = 0.0) -> BudgetRow:
@@ -30,16 +38,25 @@ def row(budget: float, cost: float, reward: float, share_over: float = 0.0) -> B
 
 
 class FakeMeasure:
-    """Cost = fed budget x the budget's responsiveness; reward grows with the budget."""
+    """Cost = fed budget x the budget's responsiveness; reward grows with the budget; by half
+    the episode it has spent `front_loading(scale)` of its cost (default: nothing)."""
 
-    def __init__(self, responsiveness: dict[float, float], reward: dict[float, float]) -> None:
+    def __init__(
+        self,
+        responsiveness: dict[float, float],
+        reward: dict[float, float],
+        front_loading: Callable[[float], float] = lambda scale: 0.0,
+    ) -> None:
         self.responsiveness, self.reward = responsiveness, reward
+        self.front_loading = front_loading
         self.calls: list[tuple[float, float]] = []
 
-    def __call__(self, budget: float, scale: float) -> BudgetRow:
+    def __call__(self, budget: float, scale: float) -> PacedRow:
         self.calls.append((budget, scale))
         cost = budget * scale * self.responsiveness[budget]
-        return row(budget, cost, self.reward[budget] + scale)
+        return PacedRow(
+            row(budget, cost, self.reward[budget] + scale), cost * self.front_loading(scale)
+        )
 
 
 @pytest.fixture
@@ -58,7 +75,9 @@ def measured_by(monkeypatch: pytest.MonkeyPatch, measure: FakeMeasure) -> None:
 def test_each_budget_gets_the_largest_scale_that_passes_loosest_first() -> None:
     # kappa 10 barely spends what it is fed, kappa 40 spends it all (CarRun's mean action)
     measure = FakeMeasure({10.0: 0.4, 20.0: 0.5, 40.0: 0.7}, {10.0: 500, 20.0: 520, 40.0: 540})
-    chosen, measured = calibrate(measure, [10.0, 20.0, 40.0], [2.0, 1.6, 1.2, 1.0], SelectionRule())
+    chosen, measured = calibrate(
+        measure, [10.0, 20.0, 40.0], [2.0, 1.6, 1.2, 1.0], SelectionRule(), GRAPH_SCALE
+    )
     assert chosen == [
         BudgetScale(budget=10.0, scale=2.0),  # spends 0.8 of kappa
         BudgetScale(budget=20.0, scale=1.6),  # 0.8; x2 spends all of it
@@ -72,7 +91,7 @@ def test_each_budget_gets_the_largest_scale_that_passes_loosest_first() -> None:
 def test_a_tighter_budget_is_never_fed_more_than_a_looser_one() -> None:
     # kappa 20 only passes at x0.5 (fed 10), so kappa 10 may be fed at most 10: x1.0
     measure = FakeMeasure({10.0: 0.1, 20.0: 1.8}, {10.0: 400, 20.0: 500})
-    chosen, _ = calibrate(measure, [10.0, 20.0], [2.0, 1.5, 1.0, 0.5], SelectionRule())
+    chosen, _ = calibrate(measure, [10.0, 20.0], [2.0, 1.5, 1.0, 0.5], SelectionRule(), GRAPH_SCALE)
     assert chosen == [BudgetScale(budget=10.0, scale=1.0), BudgetScale(budget=20.0, scale=0.5)]
     assert (10.0, 2.0) not in measure.calls and (10.0, 1.5) not in measure.calls
 
@@ -80,7 +99,9 @@ def test_a_tighter_budget_is_never_fed_more_than_a_looser_one() -> None:
 def test_a_tighter_budget_must_earn_clearly_less() -> None:
     # at kappa 10, x2 and x1.5 earn within a standard error of kappa 20's reward
     measure = FakeMeasure({10.0: 0.3, 20.0: 0.3}, {10.0: 501.0, 20.0: 502.0})
-    chosen, measured = calibrate(measure, [10.0, 20.0], [2.0, 1.5, 1.0, 0.5], SelectionRule())
+    chosen, measured = calibrate(
+        measure, [10.0, 20.0], [2.0, 1.5, 1.0, 0.5], SelectionRule(), GRAPH_SCALE
+    )
     assert chosen == [BudgetScale(budget=10.0, scale=0.5), BudgetScale(budget=20.0, scale=2.0)]
     assert "not clearly below" in measured[1].failures[0]
 
@@ -88,17 +109,40 @@ def test_a_tighter_budget_must_earn_clearly_less() -> None:
 def test_a_flat_reward_takes_the_largest_scale_not_earning_more() -> None:
     # every kappa 10 scale earns within a standard error of kappa 20's reward
     flat = FakeMeasure({10.0: 0.3, 20.0: 0.3}, {10.0: 500.0, 20.0: 500.5})
-    chosen, _ = calibrate(flat, [10.0, 20.0], [2.0, 1.0], SelectionRule())
+    chosen, _ = calibrate(flat, [10.0, 20.0], [2.0, 1.0], SelectionRule(), GRAPH_SCALE)
     assert chosen == [BudgetScale(budget=10.0, scale=2.0), BudgetScale(budget=20.0, scale=2.0)]
     # but never one that earns clearly more than the looser budget
     above = FakeMeasure({10.0: 0.3, 20.0: 0.3}, {10.0: 510.0, 20.0: 500.0})
-    chosen, measured = calibrate(above, [10.0, 20.0], [2.0, 1.0], SelectionRule())
+    chosen, measured = calibrate(above, [10.0, 20.0], [2.0, 1.0], SelectionRule(), GRAPH_SCALE)
     assert chosen is None and len(measured) == 3
+
+
+def test_a_scale_that_leaves_no_room_for_a_tightening_at_mid_episode_does_not_count() -> None:
+    # above x1 the mean action spends 90 % of its cost in the first half (CarRun at kappa 40):
+    # tightened to kappa 10 then, nothing would be left
+    measure = FakeMeasure(
+        {10.0: 0.4, 40.0: 0.7}, {10.0: 500, 40.0: 540}, lambda scale: 0.9 if scale > 1 else 0.1
+    )
+    chosen, measured = calibrate(measure, [10.0, 40.0], [1.6, 1.2, 1.0, 0.8], SelectionRule(), 0.8)
+    assert chosen == [BudgetScale(budget=10.0, scale=1.6), BudgetScale(budget=40.0, scale=1.0)]
+    assert "by half the episode > 10.0" in measured[1].failures[-1]  # x1.6: 40.3 by then
+    # the graph's own scale was measured once, as the pacing reference, and is marked so
+    assert [(m.row.target_cost, m.scale) for m in measured if m.pace_reference] == [(40.0, 0.8)]
+    assert len(measure.calls) == len(set(measure.calls))
+
+
+def test_where_the_graph_itself_spends_early_a_scale_may_spend_as_much_but_no_more() -> None:
+    measure = FakeMeasure({10.0: 0.4, 40.0: 0.7}, {10.0: 500, 40.0: 540}, lambda scale: 0.9)
+    chosen, measured = calibrate(measure, [10.0, 40.0], [1.2, 1.0, 0.8, 0.6], SelectionRule(), 0.8)
+    # the graph's x0.8 spends 20.2 by half the episode, x1 25.2
+    assert chosen == [BudgetScale(budget=10.0, scale=1.2), BudgetScale(budget=40.0, scale=0.8)]
+    assert [m.scale for m in measured if m.row.target_cost == 40.0] == [0.8, 1.2, 1.0, 0.8]
+    assert measure.calls.count((40.0, 0.8)) == 1  # the reference row serves as the candidate
 
 
 def test_no_calibration_when_one_budget_has_no_scale_that_passes() -> None:
     measure = FakeMeasure({10.0: 0.1, 20.0: 0.01}, {10.0: 400, 20.0: 500})  # idle at 20
-    chosen, measured = calibrate(measure, [10.0, 20.0], [2.0, 1.0], SelectionRule())
+    chosen, measured = calibrate(measure, [10.0, 20.0], [2.0, 1.0], SelectionRule(), GRAPH_SCALE)
     assert chosen is None
     assert {m.row.target_cost for m in measured} == {20.0}  # kappa 10 never measured
     assert all("(idle)" in m.failures[0] for m in measured)
@@ -110,7 +154,7 @@ def test_the_command_writes_the_scales_and_every_row_to_the_card(
     measure = FakeMeasure({10.0: 0.4, 20.0: 0.4}, {10.0: 500, 20.0: 520})
     seen_mid_way: list[object] = []
 
-    def watched(budget: float, scale: float) -> BudgetRow:
+    def watched(budget: float, scale: float) -> PacedRow:
         record = (read_card(model_dir).evaluation or {}).get("calibration")
         seen_mid_way.append(record and (record["finished"], len(record["rows"])))
         return measure(budget, scale)
