@@ -152,9 +152,9 @@ def calibrate(
         return rows[budget, scale]
 
     def pace_limit(budget: float) -> float:
-        # Measured reason: calibrated at kappa 40 (x1.4), CarRun's mean action spent 29.6 of its
-        # 36 by step 100 of 200, so a controller's 40 -> 10 at mid-episode found nothing left;
-        # the graph's x0.8 spent 4.4 by then and 33 in all, at the same reward.
+        # Measured reason: unpaced, CarRun's mean action was fed x1.1 at kappa 60 and spent 53.6
+        # by step 100 of 200 (the graph's x0.8: 27.8, x0.7: 18.9, at the same reward), so a
+        # controller's 60 -> 10 at mid-episode found the budget gone.
         return max(tightest, paced_row(budget, graph_scale, pace_reference=True).cost_by_half)
 
     for budget in sorted(budgets, reverse=True):
@@ -203,6 +203,7 @@ def calibrated_version(version: str) -> str:
 
 
 def _record(
+    graph: str,
     chosen: list[BudgetScale] | None,
     measured: list[Measurement],
     episodes: int,
@@ -210,6 +211,7 @@ def _record(
 ) -> dict[str, Any]:
     """What the card keeps of a calibration; `finished` is False while rows are still coming."""
     return {
+        "graph": graph,
         "finished": finished,
         "action_mode": "mean",
         "episodes": episodes,
@@ -222,6 +224,27 @@ def _record(
             | {"cost_by_half_episode": m.paced.cost_by_half}
             for m in measured
         ],
+    }
+
+
+def _graph_version(card: ModelCard) -> str:
+    """The exported graph's version (re-export gives a new one; calibration marks it)."""
+    return card.version.removesuffix(CALIBRATED)
+
+
+def _earlier_rows(card: ModelCard, episodes: int) -> dict[tuple[float, float], PacedRow]:
+    """The rows an earlier calibration of this graph measured on as many episodes, to reuse
+    (an interrupted `cdt calibrate`, or a rerun with other budgets or scales)."""
+    record = (card.evaluation or {}).get("calibration") or {}
+    if record.get("graph") != _graph_version(card) or record.get("episodes") != episodes:
+        return {}
+    fields = {field.name for field in dataclasses.fields(BudgetRow)}
+    return {
+        (row["target_cost"], row["scale"]): PacedRow(
+            BudgetRow(**{key: value for key, value in row.items() if key in fields}),
+            row["cost_by_half_episode"],
+        )
+        for row in record.get("rows", [])
     }
 
 
@@ -243,6 +266,10 @@ def calibrate_model(
     if min(budgets) <= 0 or min(scales) <= 0:
         raise SystemExit("cdt calibrate: budgets and scales must be > 0")
     evaluation = dict(policy.card.evaluation or {})
+    graph = _graph_version(policy.card)
+    earlier = _earlier_rows(policy.card, episodes)
+    if earlier:
+        logger.info("reusing %d rows measured earlier on this graph", len(earlier))
     measured_so_far: list[Measurement] = []
 
     def on_measured(measurement: Measurement) -> None:
@@ -257,14 +284,18 @@ def calibrate_model(
             measurement.paced.cost_by_half,
             verdict,
         )
-        evaluation["calibration"] = _record(None, measured_so_far, episodes, finished=False)
+        evaluation["calibration"] = _record(graph, None, measured_so_far, episodes, finished=False)
         update_card(model_dir, evaluation=evaluation)
 
-    measure = row_measurer(policy, episodes)
+    measure_anew = row_measurer(policy, episodes)
+
+    def measure(budget: float, scale: float) -> PacedRow:
+        return earlier.get((budget, scale)) or measure_anew(budget, scale)
+
     chosen, measured = calibrate(
         measure, budgets, scales, rule or SelectionRule(), policy.card.budget_scale, on_measured
     )
-    evaluation["calibration"] = _record(chosen, measured, episodes)
+    evaluation["calibration"] = _record(graph, chosen, measured, episodes)
     if chosen is None:
         update_card(model_dir, evaluation=evaluation)
         return None

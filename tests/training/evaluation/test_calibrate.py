@@ -210,3 +210,21 @@ def test_a_card_without_default_targets_is_refused_with_what_to_do(
     update_card(model_dir, default_targets=None)
     with pytest.raises(SystemExit, match=r"no default targets.*card-update"):
         calibrate_module.main([str(model_dir)])
+
+
+def test_a_rerun_reuses_the_rows_measured_on_the_same_graph_and_episodes(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    measure = FakeMeasure({10.0: 0.4, 20.0: 0.4}, {10.0: 500, 20.0: 520})
+    measured_by(monkeypatch, measure)
+    arguments = [str(model_dir), "--budgets", "10", "20", "--scales", "2", "1"]
+    calibrate_module.main(arguments)
+    first = read_card(model_dir)
+    calibrate_module.main(arguments)  # e.g. after an interruption
+    assert len(measure.calls) == 2
+    assert read_card(model_dir).mean_action_budget_scales == first.mean_action_budget_scales
+    calibrate_module.main([*arguments, "--episodes", "20"])  # rows of 60 episodes do not count
+    assert len(measure.calls) == 4
+    update_card(model_dir, version="a re-exported graph")
+    calibrate_module.main([*arguments, "--episodes", "20"])
+    assert len(measure.calls) == 6
