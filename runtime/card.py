@@ -83,6 +83,9 @@ class ModelCard(BaseModel):
     episode's current cost limit (`interpolated_scale`; one entry: at every budget). Chosen per
     action mode by `cdt select`, per budget by `cdt calibrate`: their cost-to-go is multiplied
     by that scale / budget_scale before the graph."""
+    sampled_budget_scales: list[BudgetScale] | None = Field(default=None, min_length=1)
+    """The same for sampled episodes (`cdt calibrate --action-mode sampled`; absent or null:
+    `budget_scale` at every budget)."""
     deterministic: bool | None = None
     onnx_opset: int | None = None
     git_commit: str | None = None
@@ -115,21 +118,29 @@ class ModelCard(BaseModel):
         cost_range = self.validated_cost_range
         if cost_range is not None and not cost_range[0] <= cost_range[1]:
             raise ValueError("validated_cost_range must be [low, high] with low <= high")
-        points = self.mean_action_budget_scales or []
-        for lower, upper in pairwise(points):
-            if upper.budget <= lower.budget or upper.fed < lower.fed:
-                raise ValueError(
-                    "mean_action_budget_scales must list increasing budgets whose fed budget"
-                    " (scale x budget) does not fall: a looser budget must never feed less"
-                )
+        for field, points in (
+            ("mean_action_budget_scales", self.mean_action_budget_scales),
+            ("sampled_budget_scales", self.sampled_budget_scales),
+        ):
+            for lower, upper in pairwise(points or []):
+                if upper.budget <= lower.budget or upper.fed < lower.fed:
+                    raise ValueError(
+                        f"{field} must list increasing budgets whose fed budget"
+                        " (scale x budget) does not fall: a looser budget must never feed less"
+                    )
         return self
 
+    def budget_scales(self, deterministic: bool) -> list[BudgetScale] | None:
+        """The action mode's calibration by budget (None: the graph's `budget_scale`)."""
+        return self.mean_action_budget_scales if deterministic else self.sampled_budget_scales
+
     def cost_input_scale(self, deterministic: bool, budget: float) -> float:
-        """What the cost-to-go of an episode with cost limit `budget` is multiplied by before
-        the graph (1: fed as it is)."""
-        if not deterministic or self.mean_action_budget_scales is None:
+        """What the cost-to-go of an episode in this action mode with cost limit `budget` is
+        multiplied by before the graph (1: fed as it is)."""
+        points = self.budget_scales(deterministic)
+        if points is None:
             return 1.0
-        return interpolated_scale(self.mean_action_budget_scales, budget) / self.budget_scale
+        return interpolated_scale(points, budget) / self.budget_scale
 
     def budget_warnings(self, target_cost: float) -> list[str]:
         """Warn when an episode's cost limit lies outside the validated range."""

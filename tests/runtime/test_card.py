@@ -25,7 +25,7 @@ def test_write_then_read_keeps_typed_and_extra_keys(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "model.json").read_text())["training"] == CARD["training"]
 
 
-def test_only_a_mean_action_calibration_rescales_the_cost_input(tmp_path: Path) -> None:
+def test_a_mean_action_calibration_leaves_sampled_episodes_alone(tmp_path: Path) -> None:
     card = write_card(tmp_path, CARD | {"budget_scale": 0.8})
     assert card.cost_input_scale(True, 10.0) == card.cost_input_scale(False, 10.0) == 1.0
     card = update_card(tmp_path, mean_action_budget_scales=[{"budget": 10.0, "scale": 0.6}])
@@ -34,6 +34,20 @@ def test_only_a_mean_action_calibration_rescales_the_cost_input(tmp_path: Path) 
         assert card.cost_input_scale(False, budget) == 1.0
     with pytest.raises(CardError, match="greater than 0"):
         update_card(tmp_path, mean_action_budget_scales=[{"budget": 10.0, "scale": 0.0}])
+
+
+def test_each_action_mode_follows_its_own_calibration(tmp_path: Path) -> None:
+    card = write_card(
+        tmp_path,
+        CARD
+        | {
+            "budget_scale": 0.8,
+            "mean_action_budget_scales": [{"budget": 10.0, "scale": 2.0}],
+            "sampled_budget_scales": [{"budget": 10.0, "scale": 0.6}],
+        },
+    )
+    assert card.cost_input_scale(True, 10.0) == pytest.approx(2.0 / 0.8)
+    assert card.cost_input_scale(False, 10.0) == pytest.approx(0.6 / 0.8)
 
 
 def test_a_calibration_by_budget_feeds_a_budget_linear_between_its_entries(
@@ -64,11 +78,12 @@ def test_a_calibration_by_budget_feeds_a_budget_linear_between_its_entries(
         ([], "at least 1 item"),
     ],
 )
+@pytest.mark.parametrize("field", ["mean_action_budget_scales", "sampled_budget_scales"])
 def test_a_calibration_that_feeds_less_at_a_looser_budget_is_refused(
-    tmp_path: Path, points: list[dict[str, float]], why: str
+    tmp_path: Path, points: list[dict[str, float]], why: str, field: str
 ) -> None:
     with pytest.raises(CardError, match=why):
-        write_card(tmp_path, CARD | {"mean_action_budget_scales": points})
+        write_card(tmp_path, CARD | {field: points})
 
 
 def test_invalid_cards_are_refused_and_never_written(tmp_path: Path) -> None:

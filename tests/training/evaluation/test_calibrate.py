@@ -16,6 +16,7 @@ from training.evaluation.calibrate import (
     calibrate,
     calibrated_version,
     default_budgets,
+    graph_version,
 )
 
 GRAPH_SCALE = 0.8
@@ -69,7 +70,7 @@ def model_dir(exported_policy: tuple[Path, Path], tmp_path: Path) -> Path:
 
 def measured_by(monkeypatch: pytest.MonkeyPatch, measure: FakeMeasure) -> None:
     """`cdt calibrate` measures with `measure` instead of the simulator."""
-    monkeypatch.setattr(calibrate_module, "row_measurer", lambda policy, episodes: measure)
+    monkeypatch.setattr(calibrate_module, "row_measurer", lambda policy, episodes, mode: measure)
 
 
 def test_each_budget_gets_the_largest_scale_that_passes_loosest_first() -> None:
@@ -159,12 +160,12 @@ def test_the_command_writes_the_scales_and_every_row_to_the_card(
         seen_mid_way.append(record and (record["finished"], len(record["rows"])))
         return measure(budget, scale)
 
-    monkeypatch.setattr(calibrate_module, "row_measurer", lambda policy, episodes: watched)
+    monkeypatch.setattr(calibrate_module, "row_measurer", lambda policy, episodes, mode: watched)
     version = read_card(model_dir).version
     calibrate_module.main([str(model_dir), "--budgets", "10", "20", "--scales", "2", "1"])
     card = read_card(model_dir)
     assert card.version == version + "+mean-calibrated"  # what a pinned episode started with
-    assert calibrated_version(card.version) == card.version
+    assert calibrated_version(card.version, deterministic=True) == card.version
     assert card.mean_action_budget_scales == [
         BudgetScale(budget=10.0, scale=2.0),
         BudgetScale(budget=20.0, scale=2.0),
@@ -228,3 +229,40 @@ def test_a_rerun_reuses_the_rows_measured_on_the_same_graph_and_episodes(
     update_card(model_dir, version="a re-exported graph")
     calibrate_module.main([*arguments, "--episodes", "20"])
     assert len(measure.calls) == 6
+
+
+def test_sampled_actions_are_calibrated_apart_with_a_margin_on_the_share_over(
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    update_card(model_dir, mean_action_budget_scales=[{"budget": 10.0, "scale": 2.0}])
+
+    def measure(budget: float, scale: float) -> PacedRow:
+        share_over = 0.15 if scale > 1 else 0.05  # 15 %: within the mean action's 20 %
+        return PacedRow(row(budget, budget * 0.7, 500 + budget, share_over), 0.0)
+
+    monkeypatch.setattr(calibrate_module, "row_measurer", lambda policy, episodes, mode: measure)
+    version = read_card(model_dir).version
+    arguments = [str(model_dir), "--budgets", "10", "20", "--scales", "2", "1"]
+    calibrate_module.main([*arguments, "--action-mode", "sampled"])
+    card = read_card(model_dir)
+    assert card.sampled_budget_scales == [
+        BudgetScale(budget=10.0, scale=1.0),
+        BudgetScale(budget=20.0, scale=1.0),
+    ]
+    assert card.mean_action_budget_scales == [BudgetScale(budget=10.0, scale=2.0)]  # untouched
+    assert card.version == version + "+sampled-calibrated"
+    evaluation = card.evaluation or {}
+    assert evaluation["calibration_sampled"]["action_mode"] == "sampled"
+    assert "calibration" not in evaluation
+    calibrate_module.main([*arguments, "--action-mode", "sampled", "--max-share-over", "0.2"])
+    assert read_card(model_dir).sampled_budget_scales == [
+        BudgetScale(budget=10.0, scale=2.0),
+        BudgetScale(budget=20.0, scale=2.0),
+    ]
+
+
+def test_the_version_marks_each_calibrated_mode_once() -> None:
+    both = calibrated_version(calibrated_version("2026-11-26.14000", True), False)
+    assert both == "2026-11-26.14000+mean-calibrated+sampled-calibrated"
+    assert calibrated_version(both, True) == calibrated_version(both, False) == both
+    assert graph_version(both) == "2026-11-26.14000"

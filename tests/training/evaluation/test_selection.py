@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 from fastapi.testclient import TestClient
 
 from runtime.card import update_card
@@ -161,17 +162,21 @@ def test_a_mean_action_calibration_reaches_the_network_in_every_loop(
             assert np.abs(np.asarray(onnx_means) - np.asarray(uncalibrated)).max() > 1e-4
 
 
+@pytest.mark.parametrize(
+    ("deterministic", "field"),
+    [(True, "mean_action_budget_scales"), (False, "sampled_budget_scales")],
+)
 def test_a_calibration_by_budget_follows_a_budget_change_offline_and_served(
-    exported_policy: tuple[Path, Path], tmp_path: Path
+    exported_policy: tuple[Path, Path], tmp_path: Path, deterministic: bool, field: str
 ) -> None:
-    """A mean action calibrated x1 at budget 3 and x10 at 6 switches factor when the budget
+    """An action mode calibrated x1 at budget 3 and x10 at 6 switches factor when the budget
     moves from 3 to 6 mid-episode, in the episode loop and through REST alike."""
     _, model_dir = exported_policy
     calibrated = tmp_path / "models" / model_dir.name
     shutil.copytree(model_dir, calibrated)
     points = [{"budget": 3.0, "scale": 1.0}, {"budget": 6.0, "scale": 10.0}]
-    update_card(calibrated, mean_action_budget_scales=points)
-    spec = EpisodeSpec(5, 30.0, 3.0, deterministic=True, cost_schedule=((4, 6.0),))
+    update_card(calibrated, **{field: points})
+    spec = EpisodeSpec(5, 30.0, 3.0, deterministic=deterministic, cost_schedule=((4, 6.0),))
     windows: list[dict[str, np.ndarray]] = []
     plain = onnx_episode_policy(Policy.load(model_dir))
     (offline,) = run_episodes(
