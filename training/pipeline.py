@@ -3,7 +3,7 @@
 Stages, each skipped when its output is already there (run the command again to continue):
 collect (`datasets/<task>.hdf5`), train (`runs/pipeline-<name>/`, kept checkpoints, resumed from
 `last.pt`), select (`best.pt` by the reported protocol), export (`models/<name>/`), calibrate
-(each action mode, budget by budget, recorded in the card) and evaluate
+(the mean action, budget by budget, recorded in the card) and evaluate
 (`reports/<name>/evaluation_protocol.json`, recorded in the card).
 """
 
@@ -138,29 +138,21 @@ def export(config: PipelineConfig) -> None:
 
 
 def calibrate(config: PipelineConfig) -> None:
-    from runtime.protocol import action_mode
     from training.evaluation.calibrate import calibrate_model
 
-    for deterministic in (True, False):
-        if calibrate_model(config.model_dir, deterministic=deterministic) is None:
-            logger.warning(
-                "%s actions keep the graph's budget scale: no calibration counted",
-                action_mode(deterministic),
-            )
+    if calibrate_model(config.model_dir) is None:
+        logger.warning("the mean action keeps the graph's budget scale: no calibration counted")
 
 
 def _calibrated(config: PipelineConfig) -> bool:
-    """Has calibration finished in both action modes (whether or not a calibration counted)?
-    An interrupted one left its rows in the card, unfinished: it runs again, reusing them."""
+    """Has calibration finished on this model (whether or not a calibration counted)? An
+    interrupted one left its rows in the card, unfinished: it runs again."""
     from runtime.card import read_card
-    from training.evaluation.calibrate import CALIBRATIONS
 
     if not (config.model_dir / "model.json").is_file():
         return False
-    evaluation = read_card(config.model_dir).evaluation or {}
-    return all(
-        (evaluation.get(where.record_key) or {}).get("finished") for where in CALIBRATIONS.values()
-    )
+    record = (read_card(config.model_dir).evaluation or {}).get("calibration") or {}
+    return bool(record.get("finished"))
 
 
 def evaluate(config: PipelineConfig) -> None:
