@@ -240,10 +240,17 @@ def test_sampled_actions_are_calibrated_apart_with_a_margin_on_the_share_over(
         share_over = 0.15 if scale > 1 else 0.05  # 15 %: within the mean action's 20 %
         return PacedRow(row(budget, budget * 0.7, 500 + budget, share_over), 0.0)
 
-    monkeypatch.setattr(calibrate_module, "row_measurer", lambda policy, episodes, mode: measure)
+    modes: list[bool] = []
+
+    def measurer(policy: object, episodes: int, deterministic: bool) -> Callable[..., PacedRow]:
+        modes.append(deterministic)
+        return measure
+
+    monkeypatch.setattr(calibrate_module, "row_measurer", measurer)
     version = read_card(model_dir).version
     arguments = [str(model_dir), "--budgets", "10", "20", "--scales", "2", "1"]
     calibrate_module.main([*arguments, "--action-mode", "sampled"])
+    assert modes == [False]  # the rows measured are sampled actions'
     card = read_card(model_dir)
     assert card.sampled_budget_scales == [
         BudgetScale(budget=10.0, scale=1.0),
