@@ -148,10 +148,12 @@ def _calibrated(config: PipelineConfig) -> bool:
     """Has calibration finished on this model (whether or not a calibration counted)? An
     interrupted one left its rows in the card, unfinished: it runs again."""
     from runtime.card import read_card
+    from training.evaluation.calibrate import CALIBRATIONS
 
     if not (config.model_dir / "model.json").is_file():
         return False
-    record = (read_card(config.model_dir).evaluation or {}).get("calibration") or {}
+    record_key = CALIBRATIONS[True].record_key  # the mean action's: the stage calibrates it
+    record = (read_card(config.model_dir).evaluation or {}).get(record_key) or {}
     return bool(record.get("finished"))
 
 

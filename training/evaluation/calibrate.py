@@ -200,11 +200,13 @@ def calibrate(
             paced = paced_row(budget, scale)
             row = paced.row
             failures = rule.row_failures(row, tightest)
-            if paced.cost_by_half > tightest and paced.cost_by_half > pace_limit(budget):
+            # the graph's row is measured only when a candidate spends past the tightest budget
+            limit = pace_limit(budget) if paced.cost_by_half > tightest else tightest
+            if paced.cost_by_half > limit:
                 failures.append(
                     f"kappa {budget:g} {action_mode(row.deterministic)}: spent"
                     f" {paced.cost_by_half:.1f} by half the episode"
-                    f" > {pace_limit(budget):.1f} (a tightening to kappa {tightest:g} then)"
+                    f" > {limit:.1f} (a tightening to kappa {tightest:g} then)"
                 )
             if looser is not None and not clearly_below(row, looser[1]):
                 if not failures and not clearly_above(row, looser[1]):
