@@ -38,11 +38,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 
 from bench.local_server import running_server
 from runtime.context import EpisodeContext, stack_windows
+from runtime.policy import Policy
 from service.config import Settings
 from service.episodes import EpisodeService
 from service.inference import make_inference
 from service.metrics import Metrics
-from service.policy import ModelRepository, Policy
+from service.repository import ModelRepository
 from service.schemas import EpisodeCreate, StepRequest
 from service.sessions import InMemorySessionStore
 

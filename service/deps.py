@@ -18,7 +18,7 @@ from service.config import Settings
 from service.episodes import EpisodeService
 from service.errors import ForbiddenError, UnauthorizedError
 from service.metrics import Metrics
-from service.policy import ModelRepository
+from service.repository import ModelRepository
 
 bearer_scheme = HTTPBearer(auto_error=False, description="one of the tokens in CDT_API_TOKENS")
 

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from functools import partial
 
 from runtime.card import ModelCard
+from runtime.policy import Policy
 from service.config import Settings
 from service.episode_state import (
     EpisodeRecord,
@@ -35,7 +36,7 @@ from service.episode_state import (
 from service.errors import EpisodeGoneError
 from service.inference import Inference, PendingAction
 from service.metrics import Metrics
-from service.policy import ModelRepository, Policy
+from service.repository import ModelRepository
 from service.schemas import (
     MAX_SEED,
     BudgetUpdate,

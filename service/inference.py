@@ -31,13 +31,14 @@ from typing import TypeVar
 from starlette.concurrency import run_in_threadpool
 
 from runtime.context import batch_windows
+from runtime.policy import Policy
 from service.batching import MicroBatcher, TurnBatcher
 from service.config import Settings
 from service.episode_state import EpisodeRecord, Outputs, Window, act
 from service.errors import ModelError
 from service.locks import LoopLocks, poll_pauses
 from service.metrics import Metrics
-from service.policy import ModelRepository, Policy
+from service.repository import ModelRepository
 from service.sessions import Claim, Claimed, InMemorySessionStore, SessionStore
 
 logger = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from service.episodes import EpisodeService
 from service.errors import ServiceError, error_responses
 from service.inference import make_inference
 from service.metrics import Metrics
-from service.policy import ModelRepository
+from service.repository import ModelRepository
 from service.routes import episodes, health, models, stream
 from service.routes.stream import describe_validation_error
 from service.schemas import ErrorResponse

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from service.config import Settings
 from service.deps import EpisodeServiceDep, MetricsDep
 from service.errors import RETRY_AFTER_HEADER
-from service.policy import describe_refused
+from service.repository import describe_refused
 from service.schemas import HealthStatus, ReloadFailure
 
 router = APIRouter(tags=["health"])

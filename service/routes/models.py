@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from service.deps import MetricsDep, RepositoryDep, require_admin
 from service.errors import error_responses
-from service.policy import describe_refused, public_card
+from service.repository import describe_refused, public_card
 from service.schemas import ModelList, ModelPublic, ReloadRefused, ReloadResult
 
 router = APIRouter(tags=["models"])

@@ -14,10 +14,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from runtime.context import EpisodeContext
+from runtime.policy import Policy
 from service.batching import MicroBatcher, TurnBatcher
 from service.config import Settings
 from service.main import create_app
-from service.policy import Policy
 from tests.service.toy_policy import write_test_policy
 
 

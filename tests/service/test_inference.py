@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from runtime.policy import Policy
 from service.config import Settings
 from service.episode_state import EpisodeRecord, advance, next_revision, open_episode
 from service.errors import ModelError
@@ -24,7 +25,7 @@ from service.inference import (
 )
 from service.main import create_app
 from service.metrics import Metrics
-from service.policy import ModelRepository, Policy
+from service.repository import ModelRepository
 from service.schemas import EpisodeCreate, StepRequest
 from service.sessions import InMemorySessionStore, RedisSessionStore, SessionStore
 

@@ -86,7 +86,7 @@ def test_sighup_reloads_the_repository(settings: Settings, models_dir: Path) -> 
 
     from service.main import _install_sighup
     from service.metrics import Metrics
-    from service.policy import ModelRepository
+    from service.repository import ModelRepository
 
     repository = ModelRepository(models_dir)
     repository.reload()

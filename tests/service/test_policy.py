@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from runtime.context import EpisodeContext, stack_windows
+from runtime.policy import Policy, PolicyLoadError
 from service.errors import EpisodeGoneError, ModelNotFoundError
-from service.policy import ModelRepository, Policy, PolicyLoadError
+from service.repository import ModelRepository
 from tests.service.toy_policy import LOG_STD, build_test_graph, write_test_policy
 
 

@@ -15,8 +15,8 @@ from websockets.sync.client import connect
 
 from service.config import Settings
 from service.main import create_app
-from service.policy import ModelRepository
 from service.protocol import GuardedHTTPProtocol, connection_timeouts
+from service.repository import ModelRepository
 from service.schemas import ReloadResult
 
 TIMEOUT_S = 0.2

@@ -30,6 +30,7 @@ import numpy as np
 
 from runtime.arguments import positive_int
 from runtime.card import BudgetScale, CardError, ModelCard, update_card
+from runtime.policy import Policy
 from runtime.protocol import (
     REPORTED_BUDGETS,
     BudgetRow,
@@ -39,7 +40,6 @@ from runtime.protocol import (
     selection_specs,
     summarise,
 )
-from service.policy import Policy
 from training.evaluation.evaluate import onnx_episode_policy, run_in_chunks
 
 logger = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """`cdt evaluate`: returns-conditioned rollouts of an exported policy (paper Algorithm 2).
 
 Episodes run through the one episode loop (`runtime.episodes.run_episodes`) with the service's
-own forward pass (`service.policy.Policy`), so what is measured is what is served. Episodes run in
+own forward pass (`runtime.policy.Policy`), so what is measured is what is served. Episodes run in
 worker processes; within a worker all its episodes step together and share one batched forward
 pass per step. Seeds are the protocol's reported seeds, never the ones checkpoints were chosen on.
 """
@@ -24,6 +24,7 @@ from tqdm import tqdm
 from runtime.arguments import budget, finite_float, positive_int
 from runtime.card import read_card
 from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec, run_episodes
+from runtime.policy import Policy
 from runtime.protocol import (
     REPORTED_BUDGETS,
     action_mode,
@@ -32,7 +33,6 @@ from runtime.protocol import (
     target_reward_for,
 )
 from runtime.scores import normalised_cost, normalised_reward
-from service.policy import Policy
 from training.card_update import record_evaluation
 
 logger = logging.getLogger(__name__)

@@ -12,10 +12,10 @@ from fastapi.testclient import TestClient
 
 from runtime.card import update_card
 from runtime.episodes import EpisodePolicy, EpisodeSpec, run_episodes
+from runtime.policy import Policy
 from runtime.protocol import selection_seeds, selection_specs
 from service.config import Settings
 from service.main import create_app
-from service.policy import Policy
 from tests.runtime.toy_env import ToyEnv, toy_env_factory
 from training.data.windows import NormalisationStats
 from training.evaluation.evaluate import onnx_episode_policy
