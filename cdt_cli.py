@@ -1,21 +1,26 @@
 """The `cdt` command: one entry point, one subcommand per job.
 
 Subcommands are imported lazily so that `cdt serve` and `cdt rollout` work in an install without
-torch (the `[serve]` and `[client]` extras).
+torch (the `[serve]` and `[client]` extras); a command whose extra is missing says which to
+install. Every command reports a user's mistake as one line with exit code 2
+(`runtime.user_errors`); a traceback means a bug of ours.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from importlib.metadata import version
+
+from runtime.user_errors import UserError, install_hint, missing_extra, stop
 
 # subcommand -> (module with `main(argv)`, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("training.collect.cli", "collect an offline dataset with PPO-Lagrangian (PID)"),
     "dataset": ("training.data.cli", "inspect, reduce or add outliers to a dataset"),
-    "train": ("training.learn.cli", "train CDT or a baseline on a dataset"),
+    "train": ("training.train_cli", "train CDT or a baseline on a dataset"),
     "select": (
-        "training.evaluation.select",
+        "training.evaluation.select_checkpoint",
         "choose best.pt among a run's kept checkpoints (simulator)",
     ),
     "export": ("training.export", "export a checkpoint to models/NAME/ (ONNX + model card)"),
@@ -30,7 +35,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "card-update": ("training.card_update", "re-derive a model card's default targets"),
     "report": (
-        "training.evaluation.report",
+        "training.report.cli",
         "run the algorithm x task grid and write paper-style tables",
     ),
     "pipeline": (
@@ -49,8 +54,17 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+def _is_baseline(args: list[str]) -> bool:
+    """`_baseline_algo`, False where this install has no training/ (`cdt train` says so)."""
+    try:
+        return _baseline_algo(args)
+    except ModuleNotFoundError:
+        return False
+
+
 def _baseline_algo(args: list[str]) -> bool:
     """True when `cdt train --algo NAME` names one of the paper's baselines (not CDT/DT)."""
+    # Deferred on purpose: the serving image ships no training/ (and `cdt serve` never asks).
     from training.baselines import ALGORITHMS
 
     for index, arg in enumerate(args):
@@ -61,6 +75,41 @@ def _baseline_algo(args: list[str]) -> bool:
     return False
 
 
+# Errors of library modules that mean the user's input is wrong (every other one is a UserError),
+# by the module that defines them: looked up only once that module is loaded, so that naming
+# them here imports nothing (torch, onnxruntime) a command does not need.
+USER_ERROR_TYPES = (
+    ("runtime.policy", "PolicyLoadError"),
+    ("training.learn.checkpoint", "CheckpointError"),
+    ("training.learn.config", "ConfigError"),
+)
+OUR_PACKAGES = ("training", "runtime", "service", "clients")
+
+
+def _user_error_types() -> tuple[type[BaseException], ...]:
+    found = [getattr(sys.modules.get(module), name, None) for module, name in USER_ERROR_TYPES]
+    return (UserError, *(kind for kind in found if isinstance(kind, type)))
+
+
+def _run(name: str, module_name: str, args: list[str]) -> None:
+    """Import the command's module and run it: a user's mistake or a missing extra is one line
+    and exit code 2 (`runtime.user_errors`); anything else is our bug and keeps its traceback."""
+    prog = f"cdt {name}"
+    try:
+        importlib.import_module(module_name).main(args)
+    except ModuleNotFoundError as error:
+        extra, package = missing_extra(error), (error.name or "").split(".")[0]
+        if extra is not None:
+            stop(prog, install_hint(error.name or package, extra))
+        if package in OUR_PACKAGES:
+            stop(prog, f"this install has no {package}/ package (the serving image ships none)")
+        raise
+    except Exception as error:
+        if isinstance(error, _user_error_types()):
+            stop(prog, error)
+        raise
+
+
 def main(argv: list[str] | None = None) -> None:
     """Dispatch `cdt <command> ...` to the command's module."""
     args = sys.argv[1:] if argv is None else argv
@@ -68,8 +117,6 @@ def main(argv: list[str] | None = None) -> None:
         print(_usage())  # noqa: T201
         return
     if args[0] == "--version":
-        from importlib.metadata import version
-
         print(f"cdt {version('cdt-safe-rl')}")  # noqa: T201
         return
     name, rest = args[0], args[1:]
@@ -77,21 +124,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"cdt: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)  # noqa: T201
         raise SystemExit(2)
     module_name, _ = SUBCOMMANDS[name]
-    if name == "train" and _baseline_algo(rest):
+    if name == "train" and _is_baseline(rest):
         module_name = "training.baselines.cli"
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        extra = "serve" if module_name.startswith("service") else "client"
-        if module_name.startswith("training"):
-            extra = "train"
-        print(  # noqa: T201
-            f"cdt {name}: missing dependency {error.name!r}; install with "
-            f"pip install -e '.[{extra}]'",
-            file=sys.stderr,
-        )
-        raise SystemExit(2) from error
-    module.main(rest)
+    _run(name, module_name, rest)
 
 
 if __name__ == "__main__":

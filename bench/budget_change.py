@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 from bench.local_server import add_service_arguments, service_url
 from clients.rollout import EpisodeOutcome, RolloutConfig, parse_cost_schedule, run_rollouts
 from runtime.arguments import positive_int
-from runtime.protocol import action_mode
+from runtime.evaluation_protocol import action_mode
 
 SCHEDULES = ("0:40,100:10", "0:20,100:10", "0:10,100:40")
 """STEP:LIMIT lists, as `cdt rollout --cost-schedule` takes them."""

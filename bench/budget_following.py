@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 from bench.local_server import add_service_arguments, service_url
 from clients.rollout import EpisodeOutcome, RolloutConfig, run_rollouts, summarise
 from runtime.arguments import budget, positive_int
-from runtime.protocol import REPORTED_BUDGETS, action_mode
+from runtime.evaluation_protocol import REPORTED_BUDGETS, action_mode
 
 MIN_BUDGET_USE = 0.5
 MAX_SHARE_OVER_TIGHTEST = 0.2

@@ -19,24 +19,19 @@ SERVICE_APP = "service.main:create_app"
 @contextlib.contextmanager
 def running_server(
     models_dir: Path,
-    inference: str | None = None,
     app: str = SERVICE_APP,
     redis_url: str | None = None,
 ) -> Iterator[str]:
     """Run uvicorn in a subprocess on a free port; yields its URL once `/readyz` answers.
 
-    `inference` is `CDT_INFERENCE` (None: the default for the store). With `redis_url`, two
-    workers share episodes through Redis (the scale-out path). Any other `app` is a plain ASGI
-    app (no factory, no lifespan).
+    With `redis_url`, two workers share episodes through Redis (the scale-out path). Any other
+    `app` is a plain ASGI app (no factory, no lifespan).
     """
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {**os.environ, "CDT_MODELS_DIR": str(models_dir)}
-    for name in ("CDT_REDIS_URL", "CDT_INFERENCE"):
-        env.pop(name, None)
-    if inference is not None:
-        env["CDT_INFERENCE"] = inference
+    env.pop("CDT_REDIS_URL", None)
     command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
     command += ["--log-level", "warning"]
     if redis_url is not None:

@@ -1,7 +1,7 @@
 """Per-step serving latency and throughput, next to the raw onnxruntime call for the same model.
 
     python bench/serve_latency.py                     # synthetic CDT-sized graph (needs `onnx`)
-    python bench/serve_latency.py --model-dir models/cdt-carrun-paper --compare-inference
+    python bench/serve_latency.py --model-dir models/cdt-carrun-paper
 
 Starts a real uvicorn server (`service.main:create_app --factory`) on 127.0.0.1 in a subprocess,
 drives it over websocket (`websockets`) and REST (a minimal keep-alive HTTP/1.1 client, so the
@@ -41,11 +41,11 @@ from runtime.context import EpisodeContext, stack_windows
 from runtime.policy import Policy
 from service.config import Settings
 from service.episodes import EpisodeService
-from service.inference import make_inference
+from service.inference import Inference
 from service.metrics import Metrics
 from service.repository import ModelRepository
-from service.schemas import EpisodeCreate, StepRequest
-from service.sessions import InMemorySessionStore
+from service.schemas import EpisodeCreate, StepRequest, StepResponse
+from service.stores.memory import InMemorySessionStore
 
 Sample = tuple[list[float], float]  # per-step latencies (s), elapsed wall time (s)
 Measurement = tuple[str, int, Callable[[], Sample]]  # (path, concurrent episodes, job)
@@ -214,23 +214,24 @@ def measure_raw(policy: Policy, calls: int, threads: int) -> Sample:
 
 
 def measure_in_process(models_dir: Path, card: Any, steps: int) -> Sample:
-    """`EpisodeService.step` awaited directly (`loop-batch`, in memory): the serving logic
-    without network or threads."""
+    """`EpisodeService.step` awaited directly (in memory): the serving logic without network or
+    threads."""
     repository = ModelRepository(models_dir)
     repository.reload()
     store = InMemorySessionStore(ttl_s=600.0, max_episodes=10)
     settings, metrics = Settings.model_construct(), Metrics()
-    inference = make_inference(settings, store, repository, metrics)
+    inference = Inference(store, metrics, settings)
     service = EpisodeService(repository, store, metrics, settings, inference=inference)
 
     async def episode() -> Sample:
-        started = await service.start(EpisodeCreate.model_validate(start_body(card, 0)))
+        request = EpisodeCreate.model_validate(start_body(card, 0))
+        started = await service.start(request, reply=StepResponse)
         latencies: list[float] = []
         began = time.perf_counter()
         for t in range(1, steps + 1):
             request = StepRequest.model_validate(step_body(card, t))
             sent = time.perf_counter()
-            await service.step(started.episode_id, request)
+            await service.step(started.episode_id, request, reply=StepResponse)
             latencies.append(time.perf_counter() - sent)
         return latencies, time.perf_counter() - began
 
@@ -402,19 +403,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps-concurrent", type=int, default=50, help="steps per episode at 64")
     parser.add_argument("--raw-calls", type=int, default=300, help="raw calls per round")
     parser.add_argument(
-        "--compare-inference",
-        action="store_true",
-        help="also serve with CDT_INFERENCE=thread and thread-batch",
-    )
-    parser.add_argument(
         "--redis-url",
         default="redis://127.0.0.1:6379/0",
         help="Redis for the 2-workers row ('' skips it)",
-    )
-    parser.add_argument(
-        "--redis-inference",
-        choices=("loop-batch", "thread", "thread-batch"),
-        help="CDT_INFERENCE of the 2-workers row (default: the service's default with Redis)",
     )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as scratch, contextlib.ExitStack() as servers:
@@ -430,13 +421,10 @@ def main(argv: list[str] | None = None) -> None:
         steps = (args.steps, args.steps_concurrent)
         echo_url = servers.enter_context(running_server(models_dir, app=ECHO_APP))
         plan.append((ECHO, 1, as_job(websocket_echoes, echo_url, card, 1, args.steps)))
-        compared = ("thread", "thread-batch") if args.compare_inference else ()
-        for inference in (None, *compared):
-            url = servers.enter_context(running_server(models_dir, inference))
-            plan += plan_server(url, card, inference or "default", steps)
+        url = servers.enter_context(running_server(models_dir))
+        plan += plan_server(url, card, "default", steps)
         if args.redis_url:
-            scale_out = running_server(models_dir, args.redis_inference, redis_url=args.redis_url)
-            url = servers.enter_context(scale_out)
+            url = servers.enter_context(running_server(models_dir, redis_url=args.redis_url))
             job = as_job(websocket_episodes, url, card, CONCURRENT, args.steps_concurrent)
             plan.append((SCALE_OUT, CONCURRENT, job))
         report(run_plan(plan, args.rounds))

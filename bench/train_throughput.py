@@ -43,7 +43,8 @@ from training.data.dataset import Episode, save_dataset
 from training.data.windows import Batch, WindowSampler
 from training.learn.config import TrainConfig
 from training.learn.losses import LossTerms
-from training.learn.train import TrainState, prepare_training, train_step
+from training.learn.state import TrainState
+from training.learn.train import prepare_training, train_step
 
 SPEED_OPTIONS = ("prebuilt_batches", "fused_attention", "skip_unread_outputs", "fast_dropout")
 REFERENCE_S_PER_STEP = {256: 0.55, 2048: 8.9}  # the authors' implementation, from the issue

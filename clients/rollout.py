@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from clients.client import PolicyClient, PolicyClientError, ServiceUnreachableError
 from runtime.arguments import budget, finite_float, positive_int
-from runtime.protocol import target_reward_for
+from runtime.evaluation_protocol import target_reward_for
 from runtime.scores import normalised_cost, normalised_reward
 from service.schemas import ModelPublic
 

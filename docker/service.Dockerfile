@@ -3,7 +3,8 @@
 # run as a non-root user, with the shipped models baked in at /app/models. Mount a volume there
 # to serve other models. Build from the repository root:
 #   docker build -f docker/service.Dockerfile -t cdt-service .
-#   docker run -p 8000:8000 -v "$PWD/models:/app/models:ro" cdt-service
+#   docker run -p 127.0.0.1:8000:8000 -e CDT_API_TOKENS=token-a -v "$PWD/models:/app/models:ro" cdt-service
+# (with no CDT_API_TOKENS the API is open to anyone who reaches the port: publish it on 127.0.0.1)
 # The CMD is SERVE_COMMAND in tests/test_docker.py, which the tests also run outside docker.
 
 ARG PYTHON_IMAGE=python:3.11-slim
@@ -35,6 +36,10 @@ EXPOSE 8000
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/livez', timeout=4).status != 200)"]
 # --http: uvicorn's protocol with a request-head timeout (CDT_HTTP_HEADER_TIMEOUT_S and
-# CDT_HTTP_KEEP_ALIVE_S set both timeouts)
+# CDT_HTTP_KEEP_ALIVE_S set both timeouts); --ws: a text frame that is not UTF-8 is answered as a
+# bad frame, not logged as a server error; --no-access-log: no line per request, as `cdt serve`
+# (one line per step floods the log; /metrics counts requests)
 CMD ["uvicorn", "service.main:create_app", "--factory", \
-     "--http", "service.protocol:GuardedHTTPProtocol", "--host", "0.0.0.0", "--port", "8000"]
+     "--http", "service.http_guard:GuardedHTTPProtocol", \
+     "--ws", "service.http_guard:GuardedWebSocketProtocol", \
+     "--no-access-log", "--host", "0.0.0.0", "--port", "8000"]

@@ -1,6 +1,9 @@
 # syntax=docker/dockerfile:1
 # Training image: the `[train]` extra (torch CPU, gymnasium, bullet-safety-gym, h5py, matplotlib,
-# onnx) and the `cdt` command as entry point, run as a non-root user. Build from the repo root:
+# onnx, onnxruntime for `cdt select` / `cdt evaluate`) and the `cdt` command as entry point, run
+# as a non-root user. Only runtime/ and training/ are copied: training never imports service/ or
+# clients/ (tests/test_import_rules.py), so `cdt serve` lives in the serving image. Build from
+# the repo root:
 #   docker build -f docker/train.Dockerfile -t cdt-train .
 #   docker run --rm -v "$PWD/runs:/workspace/runs" -v "$PWD/models:/workspace/models" \
 #       cdt-train train --help
@@ -25,8 +28,6 @@ WORKDIR /src
 COPY pyproject.toml README.md cdt_cli.py ./
 COPY runtime/ runtime/
 COPY training/ training/
-COPY service/ service/
-COPY clients/ clients/
 # torch==2.13.0 in the extra is already met by the CPU wheel (2.13.0+cpu)
 RUN /opt/venv/bin/pip install ".[train]"
 

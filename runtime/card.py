@@ -12,12 +12,25 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
 from runtime.files import write_atomic
+from runtime.user_errors import UserError
 
 CARD_FILE = "model.json"
 
 
-class CardError(ValueError):
+class CardError(UserError, ValueError):
     """A `model.json` that is missing, unreadable or breaks the contract: one line for the user."""
+
+
+def _describe(error: OSError | ValueError) -> str:
+    """One line: each validation problem as `field: message`, or the OS's reason."""
+    if isinstance(error, ValidationError):
+        problems = [
+            f"{'.'.join(map(str, item['loc'])) or 'file'}: {item['msg']}" for item in error.errors()
+        ]
+        return "not a valid model card: " + "; ".join(problems)
+    if isinstance(error, OSError):
+        return error.strerror or str(error)
+    return str(error)
 
 
 class CardTarget(BaseModel):
@@ -161,7 +174,7 @@ def read_card(directory: Path) -> ModelCard:
     try:
         return ModelCard.model_validate_json(path.read_bytes())
     except (OSError, ValueError) as error:
-        raise CardError(f"{path}: {error}") from error
+        raise CardError(f"{path}: {_describe(error)}") from error
 
 
 def write_card(directory: Path, card: ModelCard | dict[str, Any]) -> ModelCard:
@@ -169,7 +182,7 @@ def write_card(directory: Path, card: ModelCard | dict[str, Any]) -> ModelCard:
     try:
         model = card if isinstance(card, ModelCard) else ModelCard.model_validate(card)
     except ValidationError as error:
-        raise CardError(f"{Path(directory) / CARD_FILE}: {error}") from error
+        raise CardError(f"{Path(directory) / CARD_FILE}: {_describe(error)}") from error
     text = json.dumps(model.model_dump(mode="json"), indent=2, allow_nan=False) + "\n"
     write_atomic(Path(directory) / CARD_FILE, lambda temporary: temporary.write_text(text))
     return model

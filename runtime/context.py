@@ -7,8 +7,6 @@ position K - 1 and padding sits at the start, as `docs/ARTIFACT.md` requires.
 
 from __future__ import annotations
 
-import math
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self, cast
@@ -245,89 +243,6 @@ class EpisodeContext:
             rng=restore_rng(self.rng.bit_generator.state),
         )
 
-    def to_bytes(self) -> bytes:
-        """A compact, versioned binary form, generator state included (for Redis).
-
-        The `CONTEXT_FORMAT` byte, `_HEADER` (sizes, budgets, PCG64 state), then the raw
-        little-endian arrays in `_ARRAYS` order: a third of the bytes of the JSON it replaced,
-        and 3x (read) to 13x (write) cheaper.
-        """
-        context_len, observation_dim = self.states.shape
-        header = _HEADER.pack(
-            *(CONTEXT_FORMAT, context_len, observation_dim, self.actions.shape[1], self.length),
-            *(self.target_reward, self.target_cost, self.total_reward, self.total_cost),
-            *_pcg64_words(self.rng),
-        )
-        arrays = [getattr(self, name).astype(dtype, copy=False) for name, dtype in _ARRAYS]
-        return b"".join([header, *(array.tobytes() for array in arrays)])
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> Self:
-        """Inverse of `to_bytes`: the restored generator continues the same stream.
-
-        Raises `ValueError` for another format version or a buffer of the wrong size.
-        """
-        if not data or data[0] != CONTEXT_FORMAT:
-            found = data[0] if data else "none"
-            raise ValueError(f"episode context format {found}; this code reads {CONTEXT_FORMAT}")
-        if len(data) < _HEADER.size:
-            raise ValueError(f"episode context of {len(data)} bytes is truncated")
-        _, context_len, observation_dim, action_dim, length, *values = _HEADER.unpack_from(data)
-        shapes = {"states": (context_len, observation_dim), "actions": (context_len, action_dim)}
-        layout = [(name, dtype, shapes.get(name, (context_len,))) for name, dtype in _ARRAYS]
-        size = _HEADER.size + sum(dtype.itemsize * math.prod(shape) for _, dtype, shape in layout)
-        if len(data) != size:
-            raise ValueError(f"episode context of {len(data)} bytes, expected {size}")
-        arrays: dict[str, npt.NDArray[Any]] = {}
-        offset = _HEADER.size
-        for name, dtype, shape in layout:
-            count = math.prod(shape)
-            array = np.frombuffer(data, dtype, count, offset).reshape(shape)
-            arrays[name] = array.astype(dtype.newbyteorder("="))  # a writable native copy
-            offset += count * dtype.itemsize
-        target_reward, target_cost, total_reward, total_cost, *rng_words = values
-        return cls(
-            **arrays,
-            length=length,
-            target_reward=target_reward,
-            target_cost=target_cost,
-            total_reward=total_reward,
-            total_cost=total_cost,
-            rng=restore_rng(_pcg64_state(rng_words)),
-        )
-
-
-CONTEXT_FORMAT = 1
-"""Version of `EpisodeContext.to_bytes`; bump it whenever its layout changes."""
-_HEADER = struct.Struct("<B4I4d4QII")
-"""format, K, observation_dim, action_dim, length; target and total reward and cost; PCG64
-state and increment as (high, low) 64-bit halves, has_uint32, uinteger. Little-endian."""
-_ARRAYS = (
-    ("states", np.dtype("<f4")),
-    ("actions", np.dtype("<f8")),
-    ("returns_to_go", np.dtype("<f8")),
-    ("costs_to_go", np.dtype("<f8")),
-    ("time_steps", np.dtype("<i8")),
-)
-_U64 = (1 << 64) - 1
-
-
-def _pcg64_words(rng: np.random.Generator) -> tuple[int, ...]:
-    """`rng`'s PCG64 state as the six integers of `_HEADER`."""
-    saved = rng.bit_generator.state
-    if saved["bit_generator"] != "PCG64":
-        raise ValueError(f"cannot serialise a {saved['bit_generator']} generator")
-    state, inc = saved["state"]["state"], saved["state"]["inc"]
-    halves = (state >> 64, state & _U64, inc >> 64, inc & _U64)
-    return (*halves, saved["has_uint32"], saved["uinteger"])
-
-
-def _pcg64_state(words: Sequence[int]) -> dict[str, Any]:
-    """Inverse of `_pcg64_words`: a `bit_generator.state` for `restore_rng`."""
-    state_high, state_low, inc_high, inc_low, has_uint32, uinteger = words
-    pcg = {"state": state_high << 64 | state_low, "inc": inc_high << 64 | inc_low}
-    return {"bit_generator": "PCG64", "state": pcg, "has_uint32": has_uint32, "uinteger": uinteger}
-
 
 def stack_windows(
     contexts: Sequence[EpisodeContext], cost_input_scales: Sequence[float] | None = None
@@ -360,8 +275,10 @@ def sample_action(
     low: npt.NDArray[np.floating[Any]] | Sequence[float],
     high: npt.NDArray[np.floating[Any]] | Sequence[float],
     deterministic: bool,
+    *,
+    noise_scale: float = 1.0,
 ) -> FloatArray:
-    """`clip(mean + exp(log_std) * z, low, high)` with `z ~ N(0, I)` drawn from `rng`.
+    """`clip(mean + noise_scale * exp(log_std) * z, low, high)` with `z ~ N(0, I)` from `rng`.
 
     Args:
         mean: [action_dim] (or [B, action_dim]) mean action in env units.
@@ -370,6 +287,8 @@ def sample_action(
         low: lower action bounds, [action_dim].
         high: upper action bounds, [action_dim].
         deterministic: use the mean instead of sampling.
+        noise_scale: the budget guard's factor on the noise (`runtime.budget_guard`); z is
+            drawn even at 0, so a guarded episode's later draws are the unguarded episode's.
 
     Returns:
         float64 actions with the shape of `mean`, inside `[low, high]`.
@@ -377,6 +296,8 @@ def sample_action(
     action = np.asarray(mean, dtype=np.float64)
     if not deterministic:
         noise = rng.standard_normal(action.shape)
+        if noise_scale != 1.0:
+            noise = noise * noise_scale
         action = action + np.exp(np.asarray(log_std, dtype=np.float64)) * noise
     # minimum/maximum: np.clip's dispatch costs more than the arithmetic on a few values
     return np.minimum(np.maximum(action, low), high).astype(np.float64, copy=False)

@@ -16,7 +16,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from runtime.context import EpisodeContext, sample_action, stack_windows
+from runtime.budget_guard import (
+    DEFAULT_GUARD,
+    UNGUARDED,
+    BudgetGuard,
+    GuardDecision,
+    GuardTally,
+    guarded_window,
+)
+from runtime.context import EpisodeContext, batch_windows, sample_action
 
 Windows = dict[str, npt.NDArray[Any]]
 Predict = Callable[[Windows], tuple[npt.NDArray[Any], npt.NDArray[Any]]]
@@ -37,6 +45,10 @@ class EpisodePolicy:
     cost_input_scale: CostInputScale = field(default=lambda deterministic, budget: 1.0)
     """What the cost-to-go of an episode in this action mode with this cost limit is multiplied
     by before `predict` (`ModelCard.cost_input_scale`; default: fed as it is)."""
+    budget_guard: BudgetGuard = DEFAULT_GUARD
+    """The guard's thresholds (`ModelCard.guard`); used by episodes whose spec asks for it."""
+    max_episode_len: int = 0
+    """The card's; the guard's steps left are counted from it (0: unknown, none left)."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,9 @@ class EpisodeSpec:
     cost_schedule: tuple[tuple[int, float], ...] = ()
     """(step, new episode cost limit): applied before the action of that step is chosen, as a
     `PATCH .../budget` that reaches the service before that step's request."""
+    budget_guard: bool = False
+    """Run the budget guard, as the service does by default (`runtime.budget_guard`); off here
+    by default, so calibration and selection measure the model itself."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,8 @@ class EpisodeResult:
     length: int
     step_costs: list[float] = field(default_factory=list)
     """Per-step costs, when asked for (budget-change plots)."""
+    guard: GuardTally = GuardTally()
+    """Steps the budget guard acted on, by action (all 0 when the spec did not ask for it)."""
 
 
 def _start(policy: EpisodePolicy, spec: EpisodeSpec, observation: Any) -> EpisodeContext:
@@ -74,6 +91,21 @@ def _start(policy: EpisodePolicy, spec: EpisodeSpec, observation: Any) -> Episod
         action_dim=policy.action_dim,
         seed=spec.seed,
     )
+
+
+def decide(policy: EpisodePolicy, spec: EpisodeSpec, context: EpisodeContext) -> GuardDecision:
+    """The budget guard's decision for the newest step of an episode (the service's rule)."""
+    if not spec.budget_guard:
+        return UNGUARDED
+    steps_left = policy.max_episode_len - context.step
+    return policy.budget_guard.decide(context.remaining_cost, steps_left, spec.deterministic)
+
+
+def _window(
+    policy: EpisodePolicy, spec: EpisodeSpec, context: EpisodeContext, decision: GuardDecision
+) -> dict[str, npt.NDArray[Any]]:
+    scale = policy.cost_input_scale(spec.deterministic, context.target_cost)
+    return guarded_window(context.window(scale), decision)
 
 
 def run_episodes(
@@ -105,17 +137,20 @@ def run_episodes(
     schedules = [dict(spec.cost_schedule) for spec in specs]
     lengths = [0] * len(specs)
     step_costs: list[list[float]] = [[] for _ in specs]
+    tallies = [GuardTally()] * len(specs)
     active = list(range(len(specs)))
     while active:
         for i in active:
             if lengths[i] in schedules[i]:
                 contexts[i].set_budget(cost_limit=schedules[i][lengths[i]])
-        scales = [
-            policy.cost_input_scale(specs[i].deterministic, contexts[i].target_cost) for i in active
+        decisions = [decide(policy, specs[i], contexts[i]) for i in active]
+        windows = [
+            _window(policy, specs[i], contexts[i], decision)
+            for i, decision in zip(active, decisions, strict=True)
         ]
-        mean, log_std = policy.predict(stack_windows([contexts[i] for i in active], scales))
+        mean, log_std = policy.predict(batch_windows(windows))
         still_active = []
-        for row, i in enumerate(active):
+        for row, (i, decision) in enumerate(zip(active, decisions, strict=True)):
             context = contexts[i]
             action = sample_action(
                 mean[row],
@@ -124,8 +159,10 @@ def run_episodes(
                 policy.action_low,
                 policy.action_high,
                 specs[i].deterministic,
+                noise_scale=decision.noise_scale,
             )
             context.record_action(action)
+            tallies[i] = tallies[i].add(decision.action)
             observation, reward, terminated, truncated, info = envs[i].step(
                 action.astype(np.float32)
             )
@@ -142,6 +179,8 @@ def run_episodes(
     for env in envs:
         env.close()
     return [
-        EpisodeResult(spec, context.total_reward, context.total_cost, length, costs)
-        for spec, context, length, costs in zip(specs, contexts, lengths, step_costs, strict=True)
+        EpisodeResult(spec, context.total_reward, context.total_cost, length, costs, tally)
+        for spec, context, length, costs, tally in zip(
+            specs, contexts, lengths, step_costs, tallies, strict=True
+        )
     ]

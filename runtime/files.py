@@ -1,10 +1,20 @@
-"""Files written whole or not at all: every artifact (card, checkpoint, dataset, graph) uses it."""
+"""Files written whole or not at all, and outputs checked before the work that makes them.
+
+Every artifact (card, checkpoint, dataset, graph, report) is written with `write_atomic`. A
+command checks its outputs with `check_writable` and `refuse_overwrite` before it starts, so an
+unwritable path or earlier work in the way stops it in one line, not after an hour.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+
+from runtime.user_errors import UserError
 
 
 def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
@@ -22,3 +32,79 @@ def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
     finally:
         temporary.unlink(missing_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def staged_files(folder: str | Path) -> Iterator[Path]:
+    """Yield an empty staging folder beside `folder`; when the block succeeds, move every file
+    written there into `folder` (one rename each, in name order), else drop them all.
+
+    For outputs of several files (a model's graph and card): a failure while writing leaves the
+    old files, never a mix of old and half-written new ones. Other files in `folder` stay.
+    """
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # Two levels down, so that a model repository scanning `*/model.json` never sees it.
+    root = Path(tempfile.mkdtemp(prefix=f".{folder.name}.staged-", dir=folder.parent))
+    staging = root / folder.name
+    staging.mkdir()
+    try:
+        yield staging
+        folder.mkdir(exist_ok=True)
+        for path in sorted(staging.iterdir()):
+            os.replace(path, folder / path.name)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _nearest_existing(path: Path) -> Path:
+    """`path` itself or its closest ancestor that exists."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path.cwd()
+
+
+def check_writable(
+    path: str | Path, *, folder: bool = False, create_folders: bool = True, option: str = ""
+) -> None:
+    """Raise `UserError` unless `path` (a file, or a folder when `folder`) can be written.
+
+    Missing folders count as writable when `create_folders` and their closest existing ancestor
+    is a folder this process can create files in (probed with a nameless temporary file, so a
+    read-only filesystem is caught even for root). `option` (e.g. "--out") prefixes the message.
+    """
+    path = Path(path)
+    where = f"{option} {path}" if option else str(path)
+    if path.exists() and folder != path.is_dir():
+        found, expected = ("a file", "folder") if folder else ("a folder", "file")
+        raise UserError(f"{where}: is {found}, expected a {expected}")
+    target = path if folder else path.parent
+    existing = _nearest_existing(target)
+    if existing != target and not create_folders:
+        raise UserError(f"{where}: folder {target} does not exist")
+    if not existing.is_dir():
+        raise UserError(f"{where}: {existing} is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as error:
+        raise UserError(f"{where}: cannot write in {existing} ({error.strerror})") from None
+
+
+def refuse_overwrite(paths: Iterable[str | Path], force: bool, hint: str = "") -> None:
+    """Raise `UserError` naming the first of `paths` that exists, unless `force`."""
+    if force:
+        return
+    for path in map(Path, paths):
+        if path.exists():
+            advice = hint or "write elsewhere, or pass --force to replace it"
+            raise UserError(f"{path} exists already: {advice}")
+
+
+def same_file(first: str | Path, second: str | Path) -> bool:
+    """Whether two paths name one file (through links and `..`); False when one is missing."""
+    try:
+        return os.path.samefile(first, second)
+    except OSError:
+        return Path(first).resolve() == Path(second).resolve()

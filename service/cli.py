@@ -11,14 +11,13 @@ import argparse
 import logging
 import os
 from pathlib import Path
-from typing import get_args
 
 import uvicorn
 from pydantic import ValidationError
 
 from runtime.card import CARD_FILE
-from service.config import InferenceMode, Settings
-from service.protocol import GuardedHTTPProtocol
+from service.config import Settings
+from service.http_guard import GuardedHTTPProtocol, GuardedWebSocketProtocol
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,12 +42,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--intra-op-threads", type=int, help="onnxruntime threads per pass")
     parser.add_argument(
-        "--inference",
-        choices=get_args(InferenceMode),
-        help="where calls run and how forward passes are batched: loop-batch (the default: "
-        "each event-loop turn's calls as one batch), thread, thread-batch",
-    )
-    parser.add_argument(
         "--header-timeout", type=float, help="seconds a connection has to send a request head"
     )
     parser.add_argument("--keep-alive", type=float, help="idle keep-alive connection timeout (s)")
@@ -72,7 +65,6 @@ def settings_environment(args: argparse.Namespace) -> dict[str, str]:
         "CDT_MAX_EPISODES": args.max_episodes,
         "CDT_API_TOKENS": ",".join(args.api_token) if args.api_token else None,
         "CDT_INTRA_OP_THREADS": args.intra_op_threads,
-        "CDT_INFERENCE": args.inference,
         "CDT_HTTP_HEADER_TIMEOUT_S": args.header_timeout,
         "CDT_HTTP_KEEP_ALIVE_S": args.keep_alive,
     }
@@ -123,6 +115,7 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
         workers=args.workers,
         http=GuardedHTTPProtocol,  # the header timeout and keep-alive of the settings
+        ws=GuardedWebSocketProtocol,  # a text frame that is not UTF-8 is an ordinary bad frame
         log_level=args.log_level,
         access_log=args.access_log,
         ws_max_size=settings.max_body_bytes,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     AliasChoices,
@@ -14,8 +14,6 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-
-InferenceMode = Literal["loop-batch", "thread", "thread-batch"]
 
 
 class Settings(BaseSettings):
@@ -74,31 +72,15 @@ class Settings(BaseSettings):
     about half the calls/s (spinning pool threads compete with the other requests)."""
     inter_op_threads: PositiveInt = 1
     """onnxruntime threads across independent graph branches (sequential executor: 1)."""
-    inference: InferenceMode | None = None
-    """Where episode calls run and how their forward passes reach onnxruntime, chosen once at
-    start-up (`service.inference`):
-
-    - `loop-batch` (the default): calls queue on the event loop; those of one loop turn run as
-      one batch in a batch thread while the loop goes on serving: the store reads (Redis: one
-      pipelined round trip for the whole batch), one onnxruntime call per model, the writes
-      (one more round trip). A lone episode on the in-memory store runs on the loop itself.
-    - `thread`: in a worker thread, one onnxruntime call per forward pass, two Redis round
-      trips per call.
-    - `thread-batch`: in a worker thread; a batcher thread collects the forward passes already
-      queued and, while other episodes are stepping, those arriving within `batch_max_wait_ms`.
-
-    Measured with `bench/serve_latency.py --compare-inference` in the README."""
     batch_max_size: PositiveInt = 32
-    """Largest batch of calls (`loop-batch`) or forward passes (`thread-batch`)."""
+    """Largest batch of calls: those of one event-loop turn run as one batch (store reads, one
+    onnxruntime call per model, store writes; `service.inference`)."""
     batch_threads: PositiveInt = 2
-    """`loop-batch` batches in flight at once, each in its own thread. onnxruntime releases the
-    GIL, so on 2 cores two batches' forward passes run in parallel while the loop serves."""
-    batch_max_wait_ms: float = Field(default=1.0, ge=0.0, le=100.0)
-    """How long the first forward pass of a `thread-batch` batch waits for company (only while
-    the last batch had company)."""
+    """Batches in flight at once, each in its own thread. onnxruntime releases the GIL, so on 2
+    cores two batches' forward passes run in parallel while the loop serves."""
 
-    # connection guards: the HTTP timeouts are applied by `service.protocol.GuardedHTTPProtocol`
-    # (`cdt serve`, or `uvicorn --http service.protocol:GuardedHTTPProtocol`)
+    # connection guards: the HTTP timeouts are applied by `service.http_guard.GuardedHTTPProtocol`
+    # (`cdt serve`, or `uvicorn --http service.http_guard:GuardedHTTPProtocol`)
     http_header_timeout_s: PositiveFloat = 10.0
     """A connection must send a complete request head within this many seconds of opening or of
     its previous response, or it is closed (uvicorn has no header timeout of its own)."""

@@ -9,10 +9,9 @@ stored episode exactly as it was.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Self
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -22,7 +21,6 @@ from runtime.context import EpisodeContext, sample_action
 from service.errors import (
     InvalidInputError,
     PolicyOutputError,
-    RecordFormatError,
     StepOutOfOrderError,
 )
 from service.schemas import (
@@ -39,11 +37,13 @@ Window = Mapping[str, npt.NDArray[Any]]
 Outputs = tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]
 """The model's `action_mean` and `action_log_std`: [action_dim] each for one window."""
 ActionBounds = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]
+Reply = TypeVar("Reply", bound=StepResponse)
 
 
 @dataclass(frozen=True)
 class EpisodeRecord:
-    """Everything the service keeps about one episode."""
+    """Everything the service keeps about one episode (in Redis as `service.stores.codec`'s
+    bytes)."""
 
     episode_id: str
     model: str
@@ -59,60 +59,6 @@ class EpisodeRecord:
     """Incremented on every write."""
     owner: str = ""
     """The principal that started the episode (a token digest; "" when auth is off)."""
-
-    def to_bytes(self) -> bytes:
-        """Serialise for Redis: the `RECORD_FORMAT` byte, `_RECORD` fields, the four strings
-        (each length-prefixed), then `EpisodeContext.to_bytes` (generator state included)."""
-        fields = _RECORD.pack(
-            *(RECORD_FORMAT, self.deterministic, self.seed, self.revision),
-            *(self.created_at, self.updated_at),
-        )
-        texts = (self.episode_id, self.model, self.model_version, self.owner)
-        encoded = [text.encode() for text in texts]
-        prefixed = b"".join(_LENGTH.pack(len(text)) + text for text in encoded)
-        return fields + prefixed + self.context.to_bytes()
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> Self:
-        """Inverse of `to_bytes`; raises `RecordFormatError` for another format version or a
-        damaged record, so replicas of different versions sharing a store fail clearly."""
-        if not data or data[0] != RECORD_FORMAT:
-            raise RecordFormatError(
-                f"episode record in format {data[0] if data else 'none'}; this replica reads "
-                f"format {RECORD_FORMAT} (do replicas of different versions share the store?)"
-            )
-        try:
-            _, deterministic, seed, revision, created_at, updated_at = _RECORD.unpack_from(data)
-            offset, texts = _RECORD.size, []
-            for _ in range(4):  # episode_id, model, model_version, owner
-                (length,) = _LENGTH.unpack_from(data, offset)
-                offset += _LENGTH.size
-                texts.append(data[offset : offset + length].decode())
-                offset += length
-            context = EpisodeContext.from_bytes(data[offset:])
-        except (struct.error, ValueError) as error:
-            raise RecordFormatError(f"damaged episode record: {error}") from error
-        episode_id, model, model_version, owner = texts
-        return cls(
-            episode_id=episode_id,
-            model=model,
-            model_version=model_version,
-            deterministic=deterministic,
-            seed=seed,
-            context=context,
-            created_at=created_at,
-            updated_at=updated_at,
-            revision=revision,
-            owner=owner,
-        )
-
-
-RECORD_FORMAT = 1
-"""Version of `EpisodeRecord.to_bytes`; bump it whenever its layout (or the context's) changes."""
-_RECORD = struct.Struct("<B?QQdd")
-"""format, deterministic, seed, revision, created_at, updated_at. Little-endian."""
-_LENGTH = struct.Struct("<H")
-"""Byte length of each string field (ids, names and digests are far shorter than 64 KiB)."""
 
 
 def check_observation(observation: Sequence[float], card: ModelCard) -> None:
@@ -209,10 +155,11 @@ def rebudget(record: EpisodeRecord, request: BudgetUpdate, *, now: float) -> Epi
     return next_revision(record, context, now=now)
 
 
-def step_response(record: EpisodeRecord, card: ModelCard) -> StepResponse:
-    """The answer to a start or step: the newest action and the budgets it was chosen under."""
+def step_response(record: EpisodeRecord, card: ModelCard, reply: type[Reply]) -> Reply:
+    """The answer to a start or step: the newest action and the budgets it was chosen under, as
+    `reply` (`StepResponse`, or the websocket's `StreamAction`: built once, not copied)."""
     context = record.context
-    return StepResponse(
+    return reply(
         episode_id=record.episode_id,
         action=context.last_action.tolist(),
         step=context.step,

@@ -1,8 +1,8 @@
 """Episode logic shared by the REST routes and the websocket: start, step, budget, end.
 
 Each call states its change with the pure transitions of `service.episode_state` and hands it to
-the app's inference strategy (`service.inference`), which runs it on the event loop or in a
-worker thread. Every mutation holds its episode's lock from read to write (the forward pass
+the app's `Inference` (`service.inference`), which runs it in a turn batch on the event loop or
+in a batch thread. Every mutation holds its episode's lock from read to write (the forward pass
 included), so mutations of one episode apply one at a time in arrival order: a budget change
 racing a step waits for it, and a retried step waits for the original and gets its action. Each
 works on a copy of the context, so a request that fails at any point (bad input, model error)
@@ -24,6 +24,7 @@ from runtime.policy import Policy
 from service.config import Settings
 from service.episode_state import (
     EpisodeRecord,
+    Reply,
     advance,
     episode_public,
     episode_summary,
@@ -44,9 +45,8 @@ from service.schemas import (
     EpisodePublic,
     EpisodeSummary,
     StepRequest,
-    StepResponse,
 )
-from service.sessions import SessionStore
+from service.stores.base import SessionStore
 
 
 class EpisodeService:
@@ -66,14 +66,14 @@ class EpisodeService:
         self.metrics = metrics
         self.settings = settings
         self.inference = inference
-        """Where calls run and how forward passes are made (`make_inference`)."""
+        """Where calls run and how forward passes are batched (`service.inference`)."""
         self.owner = ""
         """The principal whose episodes this service sees ("" when auth is off)."""
 
     def for_owner(self, owner: str) -> EpisodeService:
         """This service acting for `owner`: it starts and sees only `owner`'s episodes.
 
-        A shallow copy, so the store and the inference strategy stay shared.
+        A shallow copy, so the store and the inference batches stay shared.
         """
         bound = copy.copy(self)
         bound.owner = owner
@@ -86,8 +86,9 @@ class EpisodeService:
         yield
         self.metrics.step_latency.labels(transport, kind).observe(time.perf_counter() - started)
 
-    async def start(self, request: EpisodeCreate) -> StepResponse:
-        """Open an episode on the current version of `request.model` and return action 0."""
+    async def start(self, request: EpisodeCreate, *, reply: type[Reply]) -> Reply:
+        """Open an episode on the current version of `request.model` and return action 0 as
+        `reply` (`StepResponse`, or the websocket's `StreamAction`)."""
         policy = self.repository.current(request.model)
         seed = request.seed if request.seed is not None else secrets.randbelow(MAX_SEED + 1)
         record = open_episode(
@@ -99,13 +100,14 @@ class EpisodeService:
             now=time.time(),
         )
         record = await self.inference.create(PendingAction(policy, record))
-        return step_response(record, policy.card)
+        return step_response(record, policy.card, reply)
 
-    async def step(self, episode_id: str, request: StepRequest) -> StepResponse:
-        """Subtract the env's reward and cost, append the observation, return the next action."""
+    async def step(self, episode_id: str, request: StepRequest, *, reply: type[Reply]) -> Reply:
+        """Subtract the env's reward and cost, append the observation, return the next action
+        as `reply`."""
         stepped = partial(self._stepped, request=request)
         record = await self.inference.mutate(episode_id, self.owner, stepped)
-        return step_response(record, self._policy(record).card)
+        return step_response(record, self._policy(record).card, reply)
 
     async def update_budget(self, episode_id: str, request: BudgetUpdate) -> EpisodePublic:
         """Change the budgets; the whole cost-to-go window is rewritten consistently."""

@@ -1,49 +1,41 @@
-"""Where episode calls run and how their forward passes reach onnxruntime: one strategy per app.
+"""Where episode calls run and how their forward passes reach onnxruntime: one path per app.
 
-`make_inference` picks one from `Settings.inference` at start-up:
+Calls queue on the event loop, and those of one loop turn run as one batch in a batch thread
+(`TurnBatcher`): the store reads (on Redis one pipelined round trip for the whole batch), one
+onnxruntime call per model, then the store writes (one more round trip). A lone call on the
+in-memory store runs on the loop itself, without the thread hand-off.
 
-- `LoopInference` (`loop-batch`, the default): calls queue on the event loop; those of one loop
-  turn run as one batch in a batch thread (`TurnBatcher`): store reads, one onnxruntime call per
-  model, store writes (on Redis, one pipelined round trip each way for the whole batch).
-- `ThreadInference` (`thread`): calls run in a worker thread, one onnxruntime call each.
-- `ThreadBatchInference` (`thread-batch`): calls run in a worker thread and their forward passes
-  are micro-batched by a batcher thread (`MicroBatcher`).
-
-`EpisodeService` states each change as a pure `Plan` (`service.episode_state`); a strategy runs it
-keeping two promises: a mutation holds its episode's lock from read to write, the forward pass
-included (the loop's `LoopLocks` plus the batch's claims, Redis locks across replicas; or the
-store's own lock, a thread or Redis lock held by the worker thread), and a call that fails leaves
-the episode unchanged (plans work on copies).
+`EpisodeService` states each change as a pure `Plan` (`service.episode_state`), and `Inference`
+keeps two promises: a mutation holds its episode from read to write, the forward pass included
+(the loop's `LoopLocks` in this process, plus the batch's claims: Redis locks across workers and
+replicas), and a call that fails leaves the episode unchanged (plans work on copies). A model
+that fails, or answers a non-finite action, fails only the calls whose actions it was to give.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
-from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import partial
 from typing import TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
 from runtime.context import batch_windows
 from runtime.policy import Policy
-from service.batching import MicroBatcher, TurnBatcher
+from service.batching import TurnBatcher
 from service.config import Settings
 from service.episode_state import EpisodeRecord, Outputs, Window, act
-from service.errors import ModelError
+from service.errors import ModelError, PolicyOutputError
 from service.locks import LoopLocks, poll_pauses
 from service.metrics import Metrics
-from service.repository import ModelRepository
-from service.sessions import Claim, Claimed, InMemorySessionStore, SessionStore
+from service.stores.base import Claim, Claimed, SessionStore
+from service.stores.memory import InMemorySessionStore
 
 logger = logging.getLogger(__name__)
 Result = TypeVar("Result")
-PolicyKey = tuple[str, str, str]
 
 
 @dataclass(frozen=True)
@@ -61,7 +53,8 @@ class PendingAction:
         return context.window(scale)
 
     def finish(self, outputs: Outputs) -> EpisodeRecord:
-        """The record with the action the forward pass's outputs give."""
+        """The record with the action the forward pass's outputs give; raises
+        `PolicyOutputError` for non-finite outputs."""
         act(self.record.context, outputs, self.policy.action_bounds, self.record.deterministic)
         return self.record
 
@@ -71,38 +64,9 @@ Plan = Callable[[EpisodeRecord], EpisodeRecord | PendingAction]
 record that still needs a forward pass."""
 
 
-class Inference(ABC):
-    """Runs episode calls and their forward passes; one per app, chosen at start-up."""
-
-    def __init__(self, store: SessionStore, metrics: Metrics) -> None:
-        self.store = store
-        self.metrics = metrics
-
-    @abstractmethod
-    async def create(self, pending: PendingAction) -> EpisodeRecord:
-        """Run a new episode's first forward pass and store the finished record."""
-
-    @abstractmethod
-    async def mutate(self, episode_id: str, owner: str, plan: Plan) -> EpisodeRecord:
-        """Apply `plan` to the episode under its lock, forward pass included; the stored record."""
-
-    @abstractmethod
-    async def run(self, episode_id: str, call: Callable[[], Result]) -> Result:
-        """Run a store call without forward pass (state, end) after the episode's call in flight."""
-
-    @abstractmethod
-    def close(self) -> None:
-        """Stop the batchers (at shutdown)."""
-
-    def _model_error(self, policy: Policy, error: Exception) -> ModelError:
-        card = policy.card
-        logger.error("forward pass of %s %s failed", card.name, card.version, exc_info=error)
-        return ModelError(f"the model failed on this input: {error}")
-
-
 @dataclass(frozen=True)
 class Mutation:
-    """A change of one stored episode, a job of `LoopInference`'s batches."""
+    """A change of one stored episode, a job of the batches."""
 
     episode_id: str
     owner: str
@@ -111,7 +75,7 @@ class Mutation:
 
 @dataclass(frozen=True)
 class Creation:
-    """A new episode whose first action is pending, a job of `LoopInference`'s batches."""
+    """A new episode whose first action is pending, a job of the batches."""
 
     pending: PendingAction
 
@@ -122,32 +86,28 @@ Answer = EpisodeRecord | None
 episode; try again."""
 
 
-class LoopInference(Inference):
-    """`loop-batch`: calls queue on the event loop, and those of one loop turn run as one batch
-    in a batch thread (`TurnBatcher`): the store reads (on Redis one pipelined round trip for
-    the whole batch), one forward pass per model, then the store writes (one more round trip).
+class Inference:
+    """Runs episode calls in turn batches (`TurnBatcher`); one per app.
 
-    The loop's `LoopLocks` keep one call per episode in this process, and the batch's claims hold
-    each episode from read to write (Redis locks across replicas); a call whose episode is held
-    elsewhere is tried again in a later batch until `episode_lock_wait_s`.
+    The loop's `LoopLocks` keep one call per episode in this process, and the batch's claims
+    hold each episode from read to write (Redis locks across replicas); a call whose episode is
+    held elsewhere is tried again in a later batch until `episode_lock_wait_s`.
     """
 
     inline_lone_calls = True
     """Whether a lone call (one episode stepping alone) on the in-memory store runs on the loop
     itself, without the thread hand-off."""
 
-    def __init__(
-        self, store: SessionStore, metrics: Metrics, settings: Settings, repository: ModelRepository
-    ) -> None:
-        super().__init__(store, metrics)
+    def __init__(self, store: SessionStore, metrics: Metrics, settings: Settings) -> None:
+        self.store = store
+        self.metrics = metrics
         self._lock_wait_s = settings.episode_lock_wait_s
         self._locks = LoopLocks()  # held across the awaited batch
         self._store_blocks = not isinstance(store, InMemorySessionStore)
-        inline = self.inline_lone_calls and not self._store_blocks
         self.batcher = TurnBatcher(
             self._run_batch,
             max_size=settings.batch_max_size,
-            inline=inline,
+            inline=self.inline_lone_calls and not self._store_blocks,
             threads=settings.batch_threads,
         )
 
@@ -161,8 +121,10 @@ class LoopInference(Inference):
         """Apply `plan` to the episode under its lock, forward pass included; the stored record."""
         async with self._locks.hold(episode_id, self._lock_wait_s):
             deadline = time.monotonic() + self._lock_wait_s
-            pauses = poll_pauses(episode_id, self._lock_wait_s, deadline)
-            while (answer := await self.batcher.submit(Mutation(episode_id, owner, plan))) is None:
+            mutation = Mutation(episode_id, owner, plan)
+            pauses: Iterator[float] | None = None  # made only when another replica holds it
+            while (answer := await self.batcher.submit(mutation)) is None:
+                pauses = pauses or poll_pauses(episode_id, self._lock_wait_s, deadline)
                 await asyncio.sleep(next(pauses))
             return answer
 
@@ -253,7 +215,8 @@ class LoopInference(Inference):
         answers: dict[int, Answer | Exception],
     ) -> dict[int, EpisodeRecord]:
         """The planned records, those waiting for an action finished by one forward pass per
-        model; a model that fails fails its jobs only (in `answers`)."""
+        model; a model that fails fails its jobs only, and a non-finite action fails its own job
+        only (in `answers`)."""
         finished = {i: p for i, p in planned.items() if isinstance(p, EpisodeRecord)}
         by_policy: dict[int, list[tuple[int, PendingAction]]] = {}
         for i, pending in planned.items():
@@ -268,124 +231,13 @@ class LoopInference(Inference):
                 answers |= {i: failed for i, _ in group}
                 continue
             for row, (i, pending) in enumerate(group):
-                finished[i] = pending.finish((mean[row], log_std[row]))
+                try:
+                    finished[i] = pending.finish((mean[row], log_std[row]))
+                except PolicyOutputError as refused:  # 422 for this episode's call alone
+                    answers[i] = refused
         return finished
 
-
-class ThreadInference(Inference):
-    """`thread`: calls run in worker threads, each forward pass its own onnxruntime call.
-
-    A mutation is one `store.mutate`, so the store's episode lock (a thread lock, plus Redis's
-    lock key) is held across the forward pass.
-    """
-
-    async def create(self, pending: PendingAction) -> EpisodeRecord:
-        """Run a new episode's first forward pass and store the finished record."""
-        return await run_in_threadpool(self._create, pending)
-
-    async def mutate(self, episode_id: str, owner: str, plan: Plan) -> EpisodeRecord:
-        """Apply `plan` to the episode under its lock, forward pass included; the stored record."""
-        change = partial(self._apply, plan)
-        return await run_in_threadpool(self.store.mutate, episode_id, owner, change)
-
-    async def run(self, episode_id: str, call: Callable[[], Result]) -> Result:
-        """Run a store call without forward pass (state, end) in a worker thread; `end` waits
-        for the call in flight on the store's episode lock."""
-        return await run_in_threadpool(call)
-
-    def close(self) -> None:
-        """Nothing to stop: the forward passes run in the callers' threads."""
-
-    def forward(self, pending: PendingAction) -> Outputs:
-        """The forward pass for `pending`: a batch of one."""
-        window = pending.window()
-        try:
-            mean, log_std = pending.policy.predict(
-                {name: value[None] for name, value in window.items()}
-            )
-        except Exception as error:  # onnxruntime raises its own types
-            raise self._model_error(pending.policy, error) from error
-        self.metrics.batch_size.observe(1)
-        return mean[0], log_std[0]
-
-    def _create(self, pending: PendingAction) -> EpisodeRecord:
-        record = pending.finish(self.forward(pending))
-        self.store.create(record)
-        return record
-
-    def _apply(self, plan: Plan, record: EpisodeRecord) -> EpisodeRecord:
-        planned = plan(record)
-        if isinstance(planned, PendingAction):
-            return planned.finish(self.forward(planned))
-        return planned
-
-
-class ThreadBatchInference(ThreadInference):
-    """`thread-batch`: calls run in worker threads; a batcher thread per model version runs
-    their forward passes in batches (`MicroBatcher`: it waits up to `batch_max_wait_ms` for
-    company only while other episodes are stepping)."""
-
-    def __init__(
-        self, store: SessionStore, metrics: Metrics, settings: Settings, repository: ModelRepository
-    ) -> None:
-        super().__init__(store, metrics)
-        make = partial(
-            MicroBatcher,
-            max_size=settings.batch_max_size,
-            max_wait_s=settings.batch_max_wait_ms / 1000.0,
-            on_batch=metrics.batch_size.observe,
-        )
-        self.batchers = BatcherPool(lambda policy: make(policy.predict), repository)
-
-    def forward(self, pending: PendingAction) -> Outputs:
-        """The forward pass for `pending`, micro-batched with other threads' passes."""
-        try:
-            return self.batchers.get(pending.policy).predict_one(pending.window())
-        except Exception as error:  # onnxruntime raises its own types
-            raise self._model_error(pending.policy, error) from error
-
-    def close(self) -> None:
-        """Stop the batcher threads."""
-        self.batchers.close()
-
-
-class BatcherPool:
-    """One `MicroBatcher` per loaded model file; those of versions a reload let go of are
-    stopped."""
-
-    def __init__(self, make: Callable[[Policy], MicroBatcher], repository: ModelRepository) -> None:
-        self._make = make
-        self._repository = repository
-        self._lock = threading.Lock()  # worker threads share the pool
-        self.held: dict[PolicyKey, MicroBatcher] = {}
-        """The batchers by (name, version, fingerprint): a replaced file gets a new batcher."""
-
-    def get(self, policy: Policy) -> MicroBatcher:
-        """The batcher of `policy`, made on first use."""
-        key = (policy.card.name, policy.card.version, policy.fingerprint)
-        with self._lock:
-            batcher = self.held.get(key)
-            if batcher is None:
-                for gone in [held for held in self.held if not self._repository.serves(*held)]:
-                    self.held.pop(gone).close()
-                batcher = self.held[key] = self._make(policy)
-            return batcher
-
-    def close(self) -> None:
-        """Stop every batcher."""
-        with self._lock:
-            for batcher in self.held.values():
-                batcher.close()
-            self.held.clear()
-
-
-def make_inference(
-    settings: Settings, store: SessionStore, repository: ModelRepository, metrics: Metrics
-) -> Inference:
-    """The strategy `settings.inference` names (unset: `loop-batch`)."""
-    mode = settings.inference or "loop-batch"
-    if mode == "loop-batch":
-        return LoopInference(store, metrics, settings, repository)
-    if mode == "thread-batch":
-        return ThreadBatchInference(store, metrics, settings, repository)
-    return ThreadInference(store, metrics)
+    def _model_error(self, policy: Policy, error: Exception) -> ModelError:
+        card = policy.card
+        logger.error("forward pass of %s %s failed", card.name, card.version, exc_info=error)
+        return ModelError(f"the model failed on this input: {error}")

@@ -1,18 +1,18 @@
-"""Per-episode locks, so the mutations of one episode run one at a time in arrival order.
+"""Per-episode locks, so the calls on one episode run one at a time in arrival order.
 
 A step holds its episode's lock across the forward pass; a budget change, a retry of the same
-step or an end that arrives meanwhile waits for it instead of failing. `LoopLocks` serve calls
-that run on the event loop, `ThreadLocks` calls in worker threads. A lock lives only while
-someone holds or awaits it, so idle episodes cost nothing.
+step or an end that arrives meanwhile waits for it instead of failing. `LoopLocks` serialise the
+calls of this process on the event loop; `poll_pauses` paces the retries of an episode that
+another worker or replica holds (its Redis lock). A lock lives only while someone holds or
+awaits it, so idle episodes cost nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager
 
 from service.errors import EpisodeBusyError
 
@@ -35,42 +35,6 @@ def episode_busy(episode_id: str, wait_s: float) -> EpisodeBusyError:
     """The retryable error of a request that waited `wait_s` for its episode in vain."""
     detail = f"episode {episode_id!r} was busy with another request for {wait_s:g} s; retry"
     return EpisodeBusyError(detail, "episode_id")
-
-
-class ThreadLocks:
-    """One `threading.Lock` per key, for code that runs in worker threads."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[str, tuple[threading.Lock, int]] = {}  # key -> (lock, users)
-
-    @contextmanager
-    def hold(self, key: str, wait_s: float) -> Iterator[None]:
-        """Hold `key`'s lock; raises `EpisodeBusyError` after waiting `wait_s` seconds."""
-        lock = self._join(key)
-        try:
-            if not lock.acquire(timeout=wait_s):
-                raise episode_busy(key, wait_s)
-            try:
-                yield
-            finally:
-                lock.release()
-        finally:
-            self._leave(key)
-
-    def _join(self, key: str) -> threading.Lock:
-        with self._guard:
-            lock, users = self._locks.get(key) or (threading.Lock(), 0)
-            self._locks[key] = (lock, users + 1)
-            return lock
-
-    def _leave(self, key: str) -> None:
-        with self._guard:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
 
 
 class LoopLocks:

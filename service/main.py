@@ -21,13 +21,16 @@ from service.config import Settings
 from service.deps import require_token
 from service.episodes import EpisodeService
 from service.errors import ServiceError, error_responses
-from service.inference import make_inference
+from service.inference import Inference
+from service.log_redaction import install_token_redaction
 from service.metrics import Metrics
 from service.repository import ModelRepository
 from service.routes import episodes, health, models, stream
 from service.routes.stream import describe_validation_error
 from service.schemas import ErrorResponse
-from service.sessions import InMemorySessionStore, RedisSessionStore, SessionStore
+from service.stores.base import SessionStore
+from service.stores.memory import InMemorySessionStore
+from service.stores.redis import RedisSessionStore
 
 logger = logging.getLogger(__name__)
 API_VERSION = "1.0.0"
@@ -42,6 +45,7 @@ def create_app(settings: Settings | None = None, *, store: SessionStore | None =
         store: a session store to use instead of the one the settings describe (tests).
     """
     settings = settings if settings is not None else Settings()
+    install_token_redaction()  # uvicorn logs handshake query strings (`?token=`)
     app = FastAPI(
         title="CDT policy service",
         summary="Constrained Decision Transformer policies with per-episode reward/cost budgets",
@@ -99,7 +103,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     store = app.state.injected_store or make_store(settings, metrics)
     store.on_evict = metrics.record_evictions
     metrics.track_active_episodes(lambda: _count_or_nan(store))
-    inference = make_inference(settings, store, repository, metrics)
+    inference = Inference(store, metrics, settings)
     app.state.service = EpisodeService(repository, store, metrics, settings, inference=inference)
     reload_on_sighup = _install_sighup(repository, metrics)
     try:

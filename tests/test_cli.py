@@ -1,5 +1,6 @@
 """The `cdt` dispatcher: help, unknown commands, and lazy imports."""
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import cdt_cli
+from training.export import main as export_main
 
 
 def test_cli_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -31,8 +33,6 @@ def test_cli_version_answers(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_export_of_a_missing_checkpoint_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from training.export import main as export_main
-
     with pytest.raises(SystemExit) as exit_info:
         export_main([str(tmp_path / "missing.pt"), "--out", str(tmp_path / "model")])
     assert exit_info.value.code == 2
@@ -66,7 +66,7 @@ def test_cli_serve_does_not_import_torch() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["training.evaluation.evaluate", "training.evaluation.calibrate", "training.learn.cli"],
+    ["training.evaluation.evaluate", "training.evaluation.calibrate", "training.train_cli"],
 )
 def test_cli_commands_that_need_no_torch_or_h5py_import_neither(module: str) -> None:
     code = (
@@ -100,7 +100,7 @@ def test_cli_train_help_names_the_baselines() -> None:
         ("training.collect.cli", ["--task", "SafetyNope-v0"], "cdt collect: no simulator task"),
         ("training.pipeline", ["--task", "SafetyNope-v0"], "cdt pipeline: no simulator task"),
         (
-            "training.evaluation.report",
+            "training.report.cli",
             ["--datasets", "{tmp}/a.hdf5", "--include-existing", "X={tmp}/m", "--out", "{tmp}"],
             "cdt report: no dataset {tmp}/a.hdf5; {tmp}/m has no model.json",
         ),
@@ -109,8 +109,6 @@ def test_cli_train_help_names_the_baselines() -> None:
 def test_cli_input_that_is_not_there_stops_the_command_before_any_work(
     tmp_path: Path, module: str, argv: list[str], message: str
 ) -> None:
-    import importlib
-
     main = importlib.import_module(module).main
     with pytest.raises(SystemExit) as exit_info:
         main([arg.format(tmp=tmp_path) for arg in argv])

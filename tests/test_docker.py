@@ -33,7 +33,10 @@ SERVE_COMMAND = (
     "service.main:create_app",
     "--factory",
     "--http",
-    "service.protocol:GuardedHTTPProtocol",
+    "service.http_guard:GuardedHTTPProtocol",
+    "--ws",
+    "service.http_guard:GuardedWebSocketProtocol",
+    "--no-access-log",
     "--host",
     "0.0.0.0",
     "--port",
@@ -159,6 +162,16 @@ def test_train_image_installs_the_train_extra_with_pinned_cpu_torch():
     assert exec_form(arguments_of(stages[-1], "ENTRYPOINT")[0]) == ["cdt"]
 
 
+def test_train_image_copies_training_and_runtime_but_not_the_service():
+    copies = " ".join(arguments_of(dockerfile_stages(TRAIN_DOCKERFILE)[1], "COPY"))
+    assert "runtime/" in copies and "training/" in copies
+    assert "service/" not in copies and "clients/" not in copies
+
+
+def test_train_extra_runs_the_exported_graph_for_select_and_evaluate():
+    assert any(requirement.startswith("onnxruntime") for requirement in extras()["train"])
+
+
 def _scalar(text: str) -> Any:
     if text[:1] in '["':
         return json.loads(text)
@@ -210,7 +223,10 @@ def test_compose_runs_two_replicas_behind_nginx_with_redis():
     assert set(services) == {"redis", "service", "lb"}
     service = services["service"]
     assert service["deploy"]["replicas"] == 2
-    assert service["environment"]["CDT_REDIS_URL"] == "redis://redis:6379/0"
+    environment = service["environment"]
+    assert environment["CDT_REDIS_URL"] == "redis://redis:6379/0"
+    # no open API: compose refuses to start without tokens (${VAR:?message})
+    assert environment["CDT_API_TOKENS"].startswith("${CDT_API_TOKENS:?")
     assert (DOCKER / service["build"]["context"] / service["build"]["dockerfile"]).resolve() == (
         SERVICE_DOCKERFILE
     )
@@ -222,7 +238,7 @@ def test_compose_runs_two_replicas_behind_nginx_with_redis():
     (mount,) = lb["volumes"]
     source, target, mode = mount.split(":")
     assert (DOCKER / source).is_file() and target == "/etc/nginx/conf.d/default.conf"
-    assert mode == "ro" and lb["ports"] == [f"{SERVE_PORT}:80"]
+    assert mode == "ro" and lb["ports"] == [f"127.0.0.1:{SERVE_PORT}:80"]  # this host only
 
 
 def test_nginx_balances_the_replicas_and_upgrades_websockets():
@@ -237,6 +253,19 @@ def test_nginx_balances_the_replicas_and_upgrades_websockets():
     assert "proxy_set_header Upgrade $http_upgrade;" in body
     assert "proxy_set_header Connection $connection_upgrade;" in body
     assert "map $http_upgrade $connection_upgrade" in body
+    stream = body.split("location = /v1/stream {")[1].split("}")[0]  # the service's route
+    assert "proxy_set_header Connection $connection_upgrade;" in stream
+    assert "proxy_read_timeout 3600s;" in stream
+    assert "/v1/episodes/" not in text
+
+
+def test_nginx_access_log_leaves_out_query_strings():
+    text = (DOCKER / "nginx.conf").read_text()
+    body = "\n".join(line.split("#")[0] for line in text.splitlines())
+    (log_format,) = [line for line in body.splitlines() if line.strip().startswith("log_format")]
+    name = log_format.split()[1]
+    assert "$uri" in log_format and "$request " not in log_format and "$args" not in log_format
+    assert f"access_log /var/log/nginx/access.log {name};" in body
 
 
 def test_dockerignore_keeps_what_the_images_copy():
@@ -310,6 +339,7 @@ def test_serve_command_runs_outside_docker(tmp_path):
             process.wait(timeout=15)
     assert status == 200, log.read_text()[-2000:]
     assert closed, "a connection that never finished its request head stayed open"
+    assert "GET /livez" not in log.read_text()  # --no-access-log: no line per request
 
 
 def _partial_head_is_closed(port: int) -> bool:

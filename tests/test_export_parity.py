@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from runtime.card import ModelCard
+from runtime.context import WINDOW_NAMES
 from tests.training.cdt_synthetic import tiny_config, write_dataset
-from training.export import INPUT_NAMES, OnnxPolicy, main, model_card, policy_from_checkpoint
+from training.export import OnnxPolicy, main, model_card, policy_from_checkpoint
 from training.learn.checkpoint import load_checkpoint
 from training.learn.train import train
 
@@ -51,7 +52,7 @@ def test_onnxruntime_matches_torch_for_every_window_fill(
         inputs = random_windows(batch, fill, seq_len, seed=batch * 100 + fill)
         onnx_mean, onnx_log_std = session.run(None, inputs)
         with torch.no_grad():
-            mean, log_std = policy(*(torch.from_numpy(inputs[name]) for name in INPUT_NAMES))
+            mean, log_std = policy(*(torch.from_numpy(inputs[name]) for name in WINDOW_NAMES))
         assert onnx_mean.shape == (batch, 2)
         np.testing.assert_allclose(onnx_mean, mean.numpy(), atol=1e-4, rtol=0)
         np.testing.assert_allclose(onnx_log_std, log_std.numpy(), atol=1e-4, rtol=0)
@@ -79,7 +80,7 @@ def test_graph_is_valid_with_a_dynamic_batch_and_fixed_context(exported_policy: 
     dims = states.type.tensor_type.shape.dim
     assert dims[0].dim_param and not dims[0].dim_value  # dynamic batch
     assert [dim.dim_value for dim in dims[1:]] == [5, 7]  # fixed K, obs_dim
-    assert [item.name for item in model.graph.input] == INPUT_NAMES
+    assert [item.name for item in model.graph.input] == list(WINDOW_NAMES)
     assert [item.name for item in model.graph.output] == ["action_mean", "action_log_std"]
 
 
@@ -115,7 +116,7 @@ def test_deterministic_policy_reports_a_constant_log_std(tmp_path: Path):
     policy: OnnxPolicy = policy_from_checkpoint(load_checkpoint(checkpoint))
     inputs = random_windows(3, fill=4, seq_len=10, seed=0)
     with torch.no_grad():
-        _, log_std = policy(*(torch.from_numpy(inputs[name]) for name in INPUT_NAMES))
+        _, log_std = policy(*(torch.from_numpy(inputs[name]) for name in WINDOW_NAMES))
     assert torch.unique(log_std).numel() == 1
 
 

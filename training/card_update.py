@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.card import read_card, update_card
-from runtime.protocol import action_mode
+from runtime.evaluation_protocol import action_mode
 from training.data.frontiers import derive_default_targets
 
 
@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dataset", type=Path, required=True)
     parser.add_argument("--thresholds", type=float, nargs="+", default=[10.0, 20.0, 40.0])
     args = parser.parse_args(argv)
-    from training.data.dataset import load_dataset  # h5py: only this command reads a dataset
+    # Deferred on purpose (h5py): `cdt evaluate` and `cdt sweeps` import this module too.
+    from training.data.dataset import load_dataset
 
     dataset = load_dataset(args.dataset)
     targets = derive_default_targets(

@@ -21,17 +21,17 @@ import torch
 import tyro
 from torch import nn
 
-from runtime.card import write_card
+from runtime.card import CARD_FILE, write_card
 from runtime.context import WINDOW_NAMES
-from runtime.files import write_atomic
+from runtime.files import check_writable, refuse_overwrite, staged_files, write_atomic
+from runtime.policy import ONNX_FILE, OUTPUT_NAMES
+from runtime.user_errors import UserError, exit_on_user_errors
 from training.data.windows import NormalisationStats
 from training.learn.checkpoint import CheckpointError, load_checkpoint
 from training.learn.model import ConstrainedDecisionTransformer, ModelConfig
 from training.provenance import git_commit
 
 logger = logging.getLogger(__name__)
-INPUT_NAMES = list(WINDOW_NAMES)  # the contract's input order, written once in runtime/context.py
-OUTPUT_NAMES = ["action_mean", "action_log_std"]
 ONNX_OPSET = 18
 
 
@@ -82,7 +82,8 @@ class OnnxPolicy(EnvUnitPolicy):
         self.model = model.eval()
         self.reward_scale = float(stats.reward_scale)
         # Deviation (measured): the graph may feed budget_scale x the remaining cost budget, chosen
-        # by `cdt select` so that few episodes exceed their budget (training/evaluation/select.py).
+        # by `cdt select` so that few episodes exceed their budget
+        # (training/evaluation/select_checkpoint.py).
         self.cost_scale = float(stats.cost_scale) * budget_scale
         self.max_time_step = int(stats.max_episode_len) - 1
         self.eval()
@@ -137,8 +138,8 @@ def _export_program(policy: OnnxPolicy, dynamic_shapes: dict[str, Any], opset: i
     return torch.onnx.export(
         policy,
         example_inputs(policy),
-        input_names=INPUT_NAMES,
-        output_names=OUTPUT_NAMES,
+        input_names=list(WINDOW_NAMES),  # the contract's names, from runtime/ (docs/ARTIFACT.md)
+        output_names=list(OUTPUT_NAMES),
         opset_version=opset,
         dynamic_shapes=dynamic_shapes,
         dynamo=True,
@@ -150,7 +151,7 @@ def _export_program(policy: OnnxPolicy, dynamic_shapes: dict[str, Any], opset: i
 def export_onnx(policy: OnnxPolicy, path: Path, opset: int = ONNX_OPSET) -> Path:
     """Export with a dynamic batch axis (fixed K), check the graph, write it atomically."""
     batch = torch.export.Dim("batch", min=1, max=65536)
-    dynamic_shapes = {name: {0: batch} for name in INPUT_NAMES}
+    dynamic_shapes = {name: {0: batch} for name in WINDOW_NAMES}
     with warnings.catch_warnings():
         # Every input shares the one batch Dim, and the exporter says so once per input.
         warnings.filterwarnings("ignore", message=".*axis name: batch will not be used")
@@ -219,11 +220,17 @@ def model_card(
 def export_checkpoint(
     checkpoint_path: Path, out_dir: Path, name: str | None = None, version: str | None = None
 ) -> Path:
-    """Write `out_dir/model.onnx` and `out_dir/model.json`; returns out_dir."""
+    """Write `out_dir/model.onnx` and `out_dir/model.json`; returns out_dir.
+
+    Both are written and checked in a staging folder first, then moved in (`staged_files`): a
+    failed export leaves the folder as it was.
+    """
     checkpoint = load_checkpoint(checkpoint_path)
     policy = policy_from_checkpoint(checkpoint)
-    export_onnx(policy, out_dir / "model.onnx")
-    write_card(out_dir, model_card(checkpoint, name or out_dir.resolve().name, version, ONNX_OPSET))
+    card = model_card(checkpoint, name or out_dir.resolve().name, version, ONNX_OPSET)
+    with staged_files(out_dir) as staging:
+        export_onnx(policy, staging / ONNX_FILE)
+        write_card(staging, card)
     return out_dir
 
 
@@ -241,27 +248,33 @@ class ExportArgs:
     """Checkpoint written by `cdt train` (e.g. runs/NAME/last.pt or best.pt)."""
     out: Path
     """Output folder, e.g. models/my-carrun/ (created if missing)."""
+    force: bool = False
+    """replace the model in `out` when it holds one already (a shipped model, say)."""
     name: str | None = None
     """Model name in the card; defaults to the output folder's name."""
     version: str | None = None
     """Version string in the card; defaults to `<date>.<training step>`."""
 
 
+def check_export(args: ExportArgs) -> None:
+    """Before any work: the checkpoint is there, the folder writable, no model replaced unasked."""
+    if not args.checkpoint.is_file():
+        raise UserError(f"{args.checkpoint}: no such checkpoint")
+    check_writable(args.out, folder=True, option="--out")
+    hint = "export to another --out, or pass --force to replace that model"
+    refuse_overwrite([args.out / ONNX_FILE, args.out / CARD_FILE], args.force, hint)
+
+
+@exit_on_user_errors("cdt export", CheckpointError)
 def main(argv: list[str] | None = None) -> None:
     """`cdt export CHECKPOINT --out models/NAME/`."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("training").setLevel(logging.INFO)
     quiet_exporter_logs()
     args = tyro.cli(ExportArgs, args=sys.argv[1:] if argv is None else argv, prog="cdt export")
-    if not args.checkpoint.is_file():
-        print(f"cdt export: {args.checkpoint}: no such checkpoint", file=sys.stderr)
-        raise SystemExit(2)
-    try:
-        out_dir = export_checkpoint(args.checkpoint, args.out, args.name, args.version)
-    except CheckpointError as error:
-        print(f"cdt export: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
-    print(f"exported: {out_dir / 'model.onnx'} and {out_dir / 'model.json'}")
+    check_export(args)
+    out_dir = export_checkpoint(args.checkpoint, args.out, args.name, args.version)
+    print(f"exported: {out_dir / ONNX_FILE} and {out_dir / CARD_FILE}")
 
 
 if __name__ == "__main__":

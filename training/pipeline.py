@@ -20,7 +20,23 @@ from typing import Literal
 
 import tyro
 
+from runtime.card import CARD_FILE, read_card
+from runtime.evaluation_protocol import SelectionRule
+from runtime.files import write_atomic
+from runtime.policy import ONNX_FILE
 from runtime.sim import check_task
+from training.card_update import record_evaluation
+from training.collect.cli import CollectConfig
+from training.collect.cli import finalize as finalize_dataset
+from training.collect.cli import learn as collect_rollouts
+from training.evaluation.calibrate import CALIBRATIONS, calibrate_model
+from training.evaluation.evaluate import evaluate_protocol, write_report
+from training.evaluation.select_checkpoint import select_best
+from training.export import export_checkpoint, quiet_exporter_logs
+from training.learn.checkpoint import load_checkpoint
+from training.learn.config import parse_config
+from training.learn.train import cpu_has_native_bf16
+from training.learn.train import train as train_run
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +83,6 @@ class PipelineConfig:
 
     def training_args(self) -> list[str]:
         """`cdt train` options beyond the paths: the preset and the recipe for this device."""
-        from training.learn.train import cpu_has_native_bf16
-
         args = ["--preset", self.preset, "--device", self.device, "--update-steps", str(self.steps)]
         batch_size = self.batch_size or (None if self.on_gpu else 256)
         args += ["--batch-size", str(batch_size)] if batch_size else []
@@ -104,17 +118,12 @@ class PipelineConfig:
 
 
 def collect(config: PipelineConfig) -> None:
-    from training.collect.cli import CollectConfig, finalize, learn
-
     collect_config = CollectConfig(task=config.task, out=config.dataset_path)
-    learn(collect_config)
-    finalize(collect_config)
+    collect_rollouts(collect_config)
+    finalize_dataset(collect_config)
 
 
 def train(config: PipelineConfig) -> None:
-    from training.learn.config import parse_config
-    from training.learn.train import train as train_run
-
     args = ["--dataset", str(config.dataset_path), *config.training_args()]
     args += ["--eval-every", "0", "--checkpoint-every", "2000", "--keep-checkpoints"]
     args += ["--out-dir", str(config.run_dir.parent), "--run-name", config.run_dir.name]
@@ -124,22 +133,15 @@ def train(config: PipelineConfig) -> None:
 
 
 def select(config: PipelineConfig) -> None:
-    from runtime.protocol import SelectionRule
-    from training.evaluation.select import select_best
-
     select_best(config.run_dir, SelectionRule(), config.first_selected_step)
 
 
 def export(config: PipelineConfig) -> None:
-    from training.export import export_checkpoint, quiet_exporter_logs
-
     quiet_exporter_logs()
     export_checkpoint(config.run_dir / "best.pt", config.model_dir, config.model_name)
 
 
 def calibrate(config: PipelineConfig) -> None:
-    from training.evaluation.calibrate import calibrate_model
-
     if calibrate_model(config.model_dir) is None:
         logger.warning("the mean action keeps the graph's budget scale: no calibration counted")
 
@@ -147,10 +149,7 @@ def calibrate(config: PipelineConfig) -> None:
 def _calibrated(config: PipelineConfig) -> bool:
     """Has calibration finished on this model (whether or not a calibration counted)? An
     interrupted one left its rows in the card, unfinished: it runs again."""
-    from runtime.card import read_card
-    from training.evaluation.calibrate import CALIBRATIONS
-
-    if not (config.model_dir / "model.json").is_file():
+    if not (config.model_dir / CARD_FILE).is_file():
         return False
     record_key = CALIBRATIONS[True].record_key  # the mean action's: the stage calibrates it
     record = (read_card(config.model_dir).evaluation or {}).get(record_key) or {}
@@ -158,9 +157,6 @@ def _calibrated(config: PipelineConfig) -> bool:
 
 
 def evaluate(config: PipelineConfig) -> None:
-    from training.card_update import record_evaluation
-    from training.evaluation.evaluate import evaluate_protocol, write_report
-
     result = evaluate_protocol(config.model_dir, episodes=config.episodes, seeds=config.seeds)
     write_report(result, config.report.parent, "protocol")
     record_evaluation(config.model_dir, "protocol", result)
@@ -168,8 +164,6 @@ def evaluate(config: PipelineConfig) -> None:
 
 def _trained(config: PipelineConfig) -> bool:
     """Has the run reached its step total? (Its .json beside last.pt holds no step.)"""
-    from training.learn.checkpoint import load_checkpoint
-
     last = config.run_dir / "last.pt"
     return last.is_file() and int(load_checkpoint(last)["step"]) >= config.steps
 
@@ -179,7 +173,7 @@ STAGES: list[Stage] = [
     ("collect", collect, lambda c: c.dataset_path.is_file()),
     ("train", train, _trained),
     ("select", select, lambda c: (c.run_dir / "best.pt").is_file()),  # training writes none
-    ("export", export, lambda c: (c.model_dir / "model.onnx").is_file()),
+    ("export", export, lambda c: (c.model_dir / ONNX_FILE).is_file()),
     ("calibrate", calibrate, _calibrated),
     ("evaluate", evaluate, lambda c: c.report.is_file()),
 ]
@@ -192,8 +186,6 @@ def _stage_seconds(path: Path) -> dict[str, float]:
 
 
 def _add_stage_seconds(path: Path, stage: str, seconds: float) -> None:
-    from runtime.files import write_atomic
-
     totals = _stage_seconds(path)
     totals[stage] = totals.get(stage, 0.0) + seconds
     write_atomic(path, lambda temporary: temporary.write_text(json.dumps(totals, indent=1)))

@@ -1,8 +1,9 @@
 """REST routes of one episode's life: start, step, budget change, state, end.
 
-The routes are `async` and await `EpisodeService`, whose inference strategy runs the work on the
-event loop or in the threadpool (`Settings.inference`). A sync route would cost a thread hand-off
-always (two, since FastAPI also validates a sync route's return value in the threadpool).
+The routes are `async` and await `EpisodeService`, whose `Inference` runs the work in turn
+batches on the event loop or in batch threads (`service.inference`). A sync route would cost a
+thread hand-off always (two, since FastAPI also validates a sync route's return value in the
+threadpool).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ EpisodeIdPath = Annotated[
 async def create_episode(body: EpisodeCreate, service: EpisodeServiceDep) -> StepResponse:
     """Start an episode with its first observation and targets; returns the first action."""
     with service.timed("rest", "start"):
-        return await service.start(body)
+        return await service.start(body, reply=StepResponse)
 
 
 @router.post("/{episode_id}/step", responses=BODY_ERRORS | error_responses(409))
@@ -44,7 +45,7 @@ async def step_episode(
 ) -> StepResponse:
     """Report the env's reward, cost and next observation; returns the next action."""
     with service.timed("rest", "step"):
-        return await service.step(episode_id, body)
+        return await service.step(episode_id, body, reply=StepResponse)
 
 
 @router.patch("/{episode_id}/budget", responses=BODY_ERRORS | error_responses(409))

@@ -131,16 +131,18 @@ def frame_ids(frame: str | bytes) -> tuple[str | None, str | None]:
 
 async def dispatch(message: Inbound, service: EpisodeService) -> BaseModel:
     """Run one validated frame against the episode service."""
-    # validating the reply's fields costs a third of `model_construct(**dict(answer))`
     request_id = message.request_id
+    if isinstance(message, StreamStep):  # most frames are steps: tested first
+        with service.timed("ws", "step"):
+            action = await service.step(message.episode_id, message, reply=StreamAction)
+        action.request_id = request_id
+        return action
     if isinstance(message, StreamStart):
         with service.timed("ws", "start"):
-            started = await service.start(message)
-        return StreamAction(**vars(started), request_id=request_id)
-    if isinstance(message, StreamStep):
-        with service.timed("ws", "step"):
-            stepped = await service.step(message.episode_id, message)
-        return StreamAction(**vars(stepped), request_id=request_id)
+            action = await service.start(message, reply=StreamAction)
+        action.request_id = request_id
+        return action
+    # validating the reply's fields costs a third of `model_construct(**dict(answer))`
     if isinstance(message, StreamBudget):
         state = await service.update_budget(message.episode_id, message)
         return StreamState(**vars(state), request_id=request_id)

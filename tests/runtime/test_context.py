@@ -1,11 +1,11 @@
-"""EpisodeContext: Algorithm 2 budgets, left-padded windows, budget changes, serialisation."""
+"""EpisodeContext: Algorithm 2 budgets, left-padded windows, budget changes, copies."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from runtime.context import CONTEXT_FORMAT, EpisodeContext, sample_action, stack_windows
+from runtime.context import EpisodeContext, sample_action, stack_windows
 
 
 def make_context(seed: int = 0, context_len: int = 3) -> EpisodeContext:
@@ -49,10 +49,12 @@ def test_advance_keeps_only_the_last_k_steps() -> None:
 
 def test_advance_wrong_observation_shape_raises_and_changes_nothing() -> None:
     context = make_context()
-    before = context.to_bytes()
+    before = context.copy()
     with pytest.raises(ValueError):
         context.advance(1.0, 1.0, [1.0, 2.0, 3.0])
-    assert context.to_bytes() == before
+    for name, value in context.window().items():
+        np.testing.assert_array_equal(value, before.window()[name])
+    assert (context.step, context.total_reward, context.total_cost) == (0, 0.0, 0.0)
 
 
 def test_set_budget_cost_limit_subtracts_spent_cost_and_shifts_the_window() -> None:
@@ -84,66 +86,6 @@ def test_set_budget_remaining_cost_and_reward_set_what_is_left() -> None:
 def test_set_budget_both_cost_forms_raises() -> None:
     with pytest.raises(ValueError):
         make_context().set_budget(cost_limit=1.0, remaining_cost=1.0)
-
-
-def played_context(seed: int = 7) -> EpisodeContext:
-    """A context some steps in, with sampled actions and a budget change behind it."""
-    context = EpisodeContext.start(
-        [1.0, 2.0, 3.0], 50.0, 10.0, context_len=4, action_dim=2, seed=seed
-    )
-    for t in range(6):
-        context.record_action(context.rng.standard_normal(2))
-        context.advance(1.5, 0.25 * t, [0.1 * t, -0.2, 3.0 + t])
-    context.set_budget(cost_limit=8.0)
-    context.rng.standard_normal(3)  # the stream is mid-way, not at a 128-bit boundary
-    return context
-
-
-def test_to_bytes_round_trip_restores_every_field_and_array() -> None:
-    context = played_context()
-    restored = EpisodeContext.from_bytes(context.to_bytes())
-    for name in ("states", "actions", "returns_to_go", "costs_to_go", "time_steps"):
-        original, copy = getattr(context, name), getattr(restored, name)
-        np.testing.assert_array_equal(copy, original)
-        assert copy.dtype == original.dtype and copy.flags.writeable
-    scalars = ("length", "target_reward", "target_cost", "total_reward", "total_cost")
-    assert [getattr(restored, name) for name in scalars] == [
-        getattr(context, name) for name in scalars
-    ]
-    assert restored.rng.bit_generator.state == context.rng.bit_generator.state
-    assert restored.to_bytes() == context.to_bytes()
-
-
-def test_to_bytes_round_trip_continues_the_same_random_stream() -> None:
-    context = played_context()
-    context.rng.random(dtype=np.float32)  # one 32-bit draw leaves the other half cached
-    assert context.rng.bit_generator.state["has_uint32"] == 1
-    restored = EpisodeContext.from_bytes(context.to_bytes())
-    np.testing.assert_array_equal(
-        restored.rng.random(4, np.float32), context.rng.random(4, np.float32)
-    )
-    np.testing.assert_array_equal(restored.rng.standard_normal(4), context.rng.standard_normal(4))
-
-
-def test_from_bytes_refuses_another_format_version() -> None:
-    data = bytearray(make_context().to_bytes())
-    data[0] = CONTEXT_FORMAT + 1
-    with pytest.raises(ValueError, match=f"format {CONTEXT_FORMAT + 1}; this code reads"):
-        EpisodeContext.from_bytes(bytes(data))
-
-
-def test_to_bytes_refuses_a_generator_other_than_pcg64() -> None:
-    context = make_context()
-    context.rng = np.random.Generator(np.random.MT19937(0))
-    with pytest.raises(ValueError, match="MT19937"):
-        context.to_bytes()
-
-
-@pytest.mark.parametrize("cut", [1, 40, -1])
-def test_from_bytes_refuses_a_truncated_buffer(cut: int) -> None:
-    data = make_context().to_bytes()
-    with pytest.raises(ValueError, match="bytes"):
-        EpisodeContext.from_bytes(data[:cut])
 
 
 def test_copy_is_independent() -> None:

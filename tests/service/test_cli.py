@@ -12,7 +12,7 @@ import uvicorn
 
 from service.cli import build_parser, main, settings_environment
 from service.config import Settings
-from service.protocol import GuardedHTTPProtocol
+from service.http_guard import GuardedHTTPProtocol, GuardedWebSocketProtocol
 
 
 @pytest.fixture(autouse=True)
@@ -45,13 +45,12 @@ def refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_settings_environment_maps_given_options_to_cdt_variables() -> None:
-    options = ["--models-dir", "m", "--api-token", "a", "--api-token", "b", "--inference", "thread"]
+    options = ["--models-dir", "m", "--api-token", "a", "--api-token", "b"]
     args = build_parser().parse_args([*options, "--header-timeout", "2.5"])
     env = settings_environment(args)
     assert env == {
         "CDT_MODELS_DIR": "m",
         "CDT_API_TOKENS": "a,b",
-        "CDT_INFERENCE": "thread",
         "CDT_HTTP_HEADER_TIMEOUT_S": "2.5",
     }
 
@@ -67,9 +66,13 @@ def test_settings_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.redis_url == "redis://r:6379/0"
 
 
-def test_settings_defaults_serve_models_in_memory() -> None:
+def test_settings_defaults_serve_models_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("CDT_MODELS_DIR", "CDT_REDIS_URL", "REDIS_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CDT_INFERENCE", "thread")  # a removed setting: ignored, not an error
     settings = Settings(_env_file=None)
-    assert settings.models_dir == Path("models") and settings.inference is None
+    assert settings.models_dir == Path("models") and settings.redis_url is None
+    assert "inference" not in Settings.model_fields
 
 
 def test_serve_several_workers_without_redis_exits_2(
@@ -114,5 +117,6 @@ def test_serve_runs_uvicorn_with_the_guarded_protocol(
 ) -> None:
     main(["--models-dir", str(models_dir), "--keep-alive", "3"])
     (call,) = served
-    assert call["http"] is GuardedHTTPProtocol and call["factory"]
+    assert call["http"] is GuardedHTTPProtocol and call["ws"] is GuardedWebSocketProtocol
+    assert call["factory"] and not call["access_log"]
     assert os.environ["CDT_HTTP_KEEP_ALIVE_S"] == "3.0"

@@ -17,14 +17,9 @@ from fastapi.testclient import TestClient
 
 from service.config import Settings
 from service.episode_state import Outputs
-from service.inference import (
-    Inference,
-    LoopInference,
-    ThreadBatchInference,
-    ThreadInference,
-)
+from service.inference import Inference
 from service.main import create_app
-from service.sessions import InMemorySessionStore
+from service.stores.memory import InMemorySessionStore
 from tests.service.clock import FakeClock
 
 OBSERVATION = [0.1, -0.2, 0.3]
@@ -287,21 +282,6 @@ def test_get_episode_reports_state_and_totals(client: TestClient) -> None:
     assert state["expires_at"] > state["created_at"]
 
 
-def test_every_inference_mode_serves_the_same_episode(settings: Settings) -> None:
-    runs = []
-    for mode in ("loop-batch", "thread", "thread-batch"):
-        app = create_app(settings.model_copy(update={"inference": mode}))
-        with TestClient(app) as client:
-            actions = run(client, seed=11)
-            with client.websocket_connect("/v1/stream") as ws:
-                frame = {"type": "start", "model": "toy", "target_reward": 50.0, "seed": 11}
-                ws.send_json(frame | {"target_cost": 10.0, "observation": OBSERVATION})
-                streamed = ws.receive_json()["action"]
-            runs.append((actions, streamed))
-    assert runs[0] == runs[1] == runs[2]
-    assert runs[0][1] == runs[0][0][0]
-
-
 def test_concurrent_steps_share_forward_passes_and_keep_their_own_actions(
     settings: Settings,
 ) -> None:
@@ -338,20 +318,17 @@ def test_concurrent_steps_share_forward_passes_and_keep_their_own_actions(
 AppsFactory = Callable[..., list[FastAPI]]
 
 
-@pytest.fixture(
-    params=["loop-batch", "thread", "thread-batch", pytest.param("redis", marks=pytest.mark.redis)]
-)
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
 def make_apps(request: pytest.FixtureRequest, settings: Settings) -> AppsFactory:
-    """The apps of one way of serving: each inference mode in memory, or two replicas over one
-    Redis (then requests on one episode go to different replicas)."""
+    """The apps of one way of serving: one app in memory, or two replicas over one Redis (then
+    requests on one episode go to different replicas)."""
 
     def make(**overrides: Any) -> list[FastAPI]:
         if request.param == "redis":
             redis_settings: Settings = request.getfixturevalue("redis_settings")
             shared = redis_settings.model_copy(update=overrides)
             return [create_app(shared), create_app(shared)]
-        mode = {"inference": request.param}
-        app = create_app(settings.model_copy(update=mode | overrides))
+        app = create_app(settings.model_copy(update=overrides))
         return [app, app]
 
     return make
@@ -373,14 +350,13 @@ async def serving(apps: list[FastAPI]) -> AsyncIterator[list[httpx.AsyncClient]]
 
 
 class ForwardGate:
-    """Holds every forward pass (in a worker or batch thread) while closed."""
+    """Holds every forward pass (in a batch thread) while closed."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.entered, self.opened = threading.Event(), threading.Event()
         self.opened.set()
-        for threaded in (ThreadInference, ThreadBatchInference, LoopInference):
-            monkeypatch.setattr(threaded, "forward", self._held(threaded.forward))
-        monkeypatch.setattr(LoopInference, "inline_lone_calls", False)  # held off the loop
+        monkeypatch.setattr(Inference, "forward", self._held(Inference.forward))
+        monkeypatch.setattr(Inference, "inline_lone_calls", False)  # held off the loop
 
     def _held(self, forward: Callable[..., Outputs]) -> Any:
         def held(inference: Inference, *args: Any) -> Outputs:

@@ -1,4 +1,4 @@
-"""Inference strategies: chosen once from the settings, and each keeps a failed call harmless."""
+"""Turn-batched inference keeps a failed call harmless, and a failure to its own calls."""
 
 from __future__ import annotations
 
@@ -8,30 +8,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 
 from runtime.policy import Policy
 from service.config import Settings
 from service.episode_state import EpisodeRecord, advance, next_revision, open_episode
-from service.errors import ModelError
-from service.inference import (
-    Inference,
-    LoopInference,
-    PendingAction,
-    ThreadBatchInference,
-    ThreadInference,
-    make_inference,
-)
-from service.main import create_app
+from service.errors import ModelError, PolicyOutputError
+from service.inference import Inference, PendingAction, Plan
 from service.metrics import Metrics
 from service.repository import ModelRepository
 from service.schemas import EpisodeCreate, StepRequest
-from service.sessions import InMemorySessionStore, RedisSessionStore, SessionStore
+from service.stores.memory import InMemorySessionStore
 
-UNREACHABLE = "redis://127.0.0.1:1/0"
-MODES = {"loop-batch": LoopInference, "thread": ThreadInference}
-MODES["thread-batch"] = ThreadBatchInference
 START = EpisodeCreate(model="toy", target_reward=50.0, target_cost=10.0, observation=[0, 0, 1])
 STEP = StepRequest(observation=[0.5, 0.0, 1.0], reward=1.0, cost=0.5)
 
@@ -43,6 +32,14 @@ class ExplodingSession:
         raise RuntimeError("model exploded")
 
 
+class NonFiniteSession:
+    """An onnxruntime session stand-in whose actions are NaN for every window."""
+
+    def run(self, _: Any, inputs: dict[str, Any]) -> Any:
+        batch_size = len(inputs["states"])
+        return np.full((batch_size, 2), np.nan, np.float32), np.zeros((batch_size, 2), np.float32)
+
+
 @pytest.fixture
 def repository(models_dir: Path) -> ModelRepository:
     repository = ModelRepository(models_dir)
@@ -50,51 +47,26 @@ def repository(models_dir: Path) -> ModelRepository:
     return repository
 
 
-def memory_store() -> InMemorySessionStore:
-    return InMemorySessionStore(ttl_s=60.0, max_episodes=10)
+@pytest.fixture
+def inference(settings: Settings) -> Iterator[Inference]:
+    made = Inference(InMemorySessionStore(ttl_s=60.0, max_episodes=10), Metrics(), settings)
+    yield made
+    made.close()
 
 
-def redis_store() -> RedisSessionStore:
-    return RedisSessionStore(UNREACHABLE, ttl_s=60.0, max_episodes=10)  # connects on first use
-
-
-@pytest.fixture(params=list(MODES))
-def inference(
-    request: pytest.FixtureRequest, settings: Settings, repository: ModelRepository
-) -> Iterator[Inference]:
-    chosen = settings.model_copy(update={"inference": request.param})
-    strategy = make_inference(chosen, memory_store(), repository, Metrics())
-    yield strategy
-    strategy.close()
-
-
-@pytest.mark.parametrize(
-    ("mode", "store", "expected"),
-    [
-        (None, memory_store, LoopInference),
-        (None, redis_store, LoopInference),
-        ("thread", redis_store, ThreadInference),
-        ("thread-batch", memory_store, ThreadBatchInference),
-    ],
-)
-def test_make_inference_picks_the_named_mode_or_the_default_for_the_store(
-    settings: Settings, repository: ModelRepository, mode: str | None, store: Any, expected: type
-) -> None:
-    chosen = settings.model_copy(update={"inference": mode})
-    strategy = make_inference(chosen, store(), repository, Metrics())
-    assert type(strategy) is expected
-    strategy.close()
-
-
-def test_app_uses_the_mode_of_its_settings(settings: Settings) -> None:
-    for mode, strategy in MODES.items():
-        with TestClient(create_app(settings.model_copy(update={"inference": mode}))) as client:
-            assert type(client.app.state.service.inference) is strategy  # type: ignore[attr-defined]
-
-
-def started(inference: Inference, policy: Policy) -> EpisodeRecord:
-    record = open_episode(START, policy.card, episode_id="e1", seed=3, owner="", now=0.0)
+def started(inference: Inference, policy: Policy, episode_id: str = "e1") -> EpisodeRecord:
+    record = open_episode(START, policy.card, episode_id=episode_id, seed=3, owner="", now=0.0)
     return asyncio.run(inference.create(PendingAction(policy, record)))
+
+
+def stepped_with(policy: Policy) -> Plan:
+    """A step whose action `policy` is to give."""
+
+    def plan(record: EpisodeRecord) -> PendingAction:
+        context = advance(record.context, STEP, policy.card)
+        return PendingAction(policy, next_revision(record, context, now=1.0))
+
+    return plan
 
 
 def test_inference_failed_forward_pass_leaves_the_episode_unchanged(
@@ -102,14 +74,9 @@ def test_inference_failed_forward_pass_leaves_the_episode_unchanged(
 ) -> None:
     policy = repository.current("toy")
     before = started(inference, policy)
-    broken = replace(policy, session=ExplodingSession(), fingerprint="broken")  # own batcher
-
-    def plan(record: EpisodeRecord) -> PendingAction:
-        context = advance(record.context, STEP, policy.card)
-        return PendingAction(broken, next_revision(record, context, now=1.0))
-
+    broken = replace(policy, session=ExplodingSession())
     with pytest.raises(ModelError, match="exploded"):
-        asyncio.run(inference.mutate("e1", "", plan))
+        asyncio.run(inference.mutate("e1", "", stepped_with(broken)))
     after = inference.store.get("e1", "")
     assert (after.revision, after.context.step) == (0, 0)
     assert after.context.last_action.tolist() == before.context.last_action.tolist()
@@ -123,44 +90,47 @@ def test_inference_plan_without_a_change_writes_nothing(
     assert kept.revision == before.revision == inference.store.get("e1", "").revision
 
 
-def test_inference_modes_sample_the_same_actions(
-    settings: Settings, repository: ModelRepository
+def test_non_finite_action_fails_only_the_calls_it_was_for(
+    inference: Inference, repository: ModelRepository
 ) -> None:
     policy = repository.current("toy")
-    actions = []
-    for mode in MODES:
-        store: SessionStore = memory_store()
-        chosen = settings.model_copy(update={"inference": mode})
-        strategy = make_inference(chosen, store, repository, Metrics())
+    nan_policy = replace(policy, session=NonFiniteSession())
+    for episode_id in ("e1", "e2"):
+        started(inference, policy, episode_id)
 
-        def plan(record: EpisodeRecord) -> PendingAction:
-            context = advance(record.context, STEP, policy.card)
-            return PendingAction(policy, next_revision(record, context, now=1.0))
+    async def one_batch() -> list[Any]:  # submitted in one loop turn: one batch
+        new = open_episode(START, policy.card, episode_id="e3", seed=1, owner="", now=0.0)
+        calls = (
+            inference.mutate("e1", "", stepped_with(policy)),
+            inference.mutate("e2", "", stepped_with(nan_policy)),
+            inference.create(PendingAction(policy, new)),
+            inference.create(PendingAction(nan_policy, replace(new, episode_id="e4"))),
+        )
+        return await asyncio.gather(*calls, return_exceptions=True)
 
-        first = started(strategy, policy)
-        second = asyncio.run(strategy.mutate("e1", "", plan))
-        strategy.close()
-        actions.append([first.context.last_action.tolist(), second.context.last_action.tolist()])
-    assert actions[0] == actions[1] == actions[2]
+    stepped, refused, created, refused_start = asyncio.run(one_batch())
+    assert isinstance(stepped, EpisodeRecord) and stepped.context.step == 1
+    assert isinstance(created, EpisodeRecord) and created.episode_id == "e3"
+    for error in (refused, refused_start):
+        assert isinstance(error, PolicyOutputError) and error.code == "non_finite_action"
+    assert inference.store.get("e2", "").revision == 0  # left as it was, and not held
+    assert asyncio.run(inference.mutate("e2", "", stepped_with(policy))).revision == 1
+    assert inference.store.count() == 3  # e1, e2, e3: no e4
+    batches = inference.metrics.batch_size.collect()[0].samples
+    assert next(s.value for s in batches if s.name.endswith("_count")) == 2 + 2 + 1
 
 
-def test_loop_batch_that_fails_unexpectedly_releases_its_claims(
-    settings: Settings, repository: ModelRepository, monkeypatch: pytest.MonkeyPatch
+def test_batch_that_fails_unexpectedly_releases_its_claims(
+    inference: Inference, repository: ModelRepository, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    strategy = make_inference(settings, memory_store(), repository, Metrics())
     policy = repository.current("toy")
-    started(strategy, policy)
+    started(inference, policy)
 
     def broken(*_: Any) -> Any:
         raise RuntimeError("a bug after the claims")
 
-    def plan(record: EpisodeRecord) -> PendingAction:
-        context = advance(record.context, STEP, policy.card)
-        return PendingAction(policy, next_revision(record, context, now=1.0))
-
     with monkeypatch.context() as patched:
-        patched.setattr(LoopInference, "_forward_all", broken)
+        patched.setattr(Inference, "_forward_all", broken)
         with pytest.raises(RuntimeError, match="a bug"):
-            asyncio.run(strategy.mutate("e1", "", plan))
-    assert asyncio.run(strategy.mutate("e1", "", plan)).revision == 1  # not held any more
-    strategy.close()
+            asyncio.run(inference.mutate("e1", "", stepped_with(policy)))
+    assert asyncio.run(inference.mutate("e1", "", stepped_with(policy))).revision == 1

@@ -3,42 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from service.errors import EpisodeBusyError
-from service.locks import LoopLocks, ThreadLocks
-
-
-def test_thread_locks_serialise_one_key_and_leave_others_free() -> None:
-    locks, order = ThreadLocks(), []
-    inside, release = threading.Event(), threading.Event()
-
-    def first() -> None:
-        with locks.hold("a", 5.0):
-            inside.set()
-            release.wait(5)
-            order.append("first")
-
-    def second() -> None:
-        with locks.hold("a", 5.0):
-            order.append("second")
-
-    with ThreadPoolExecutor(2) as pool:
-        held = pool.submit(first)
-        assert inside.wait(5)
-        with locks.hold("b", 0.01):  # another key is free
-            pass
-        with pytest.raises(EpisodeBusyError, match="busy"), locks.hold("a", 0.01):
-            pass
-        waiting = pool.submit(second)
-        release.set()
-        held.result(5)
-        waiting.result(5)
-    assert order == ["first", "second"]
-    assert locks._locks == {}  # forgotten once nobody holds or waits
+from service.locks import LoopLocks
 
 
 def test_loop_locks_serialise_one_key_in_arrival_order() -> None:

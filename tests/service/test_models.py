@@ -45,23 +45,6 @@ def test_reload_pins_running_episodes_to_their_version(
     assert stepped["model_version"] == "1"
 
 
-def test_batchers_of_versions_a_reload_let_go_of_are_dropped(
-    settings: Settings, models_dir: Path
-) -> None:
-    from service.main import create_app
-
-    update = {"inference": "thread-batch", "keep_versions": 1}
-    with TestClient(create_app(settings.model_copy(update=update))) as client:
-        start(client)  # a batcher for version 1
-        write_test_policy(models_dir / "toy", version="2")
-        client.post("/v1/admin/reload")
-        assert start(client)["model_version"] == "2"
-        inference = client.app.state.service.inference  # type: ignore[attr-defined]
-        assert [key[:2] for key in inference.batchers.held] == [("toy", "2")]
-        threads = [t.name for t in threading.enumerate() if t.name == "cdt-micro-batcher"]
-        assert len(threads) == 1
-
-
 def test_reload_broken_file_is_refused_and_old_version_serves(
     client: TestClient, models_dir: Path
 ) -> None:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
+from runtime.card import update_card
+from training import pipeline
+from training.learn.interrupt import TrainingInterrupted
 from training.pipeline import PipelineConfig, run_pipeline
 
 
@@ -43,13 +47,13 @@ def test_pipeline_runs_missing_stages_and_skips_finished_ones(
 def test_pipeline_trains_with_the_measured_recipe_of_its_device(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("training.learn.train.cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(pipeline, "cpu_has_native_bf16", lambda: False)
     cpu = PipelineConfig(task="SafetyCarRun-v0")
     assert cpu.training_args() == [
         "--preset", "paper", "--device", "cpu", "--update-steps", "14000", "--batch-size", "256",
     ]  # fmt: skip
     assert cpu.first_selected_step == 8_000
-    monkeypatch.setattr("training.learn.train.cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(pipeline, "cpu_has_native_bf16", lambda: True)
     assert PipelineConfig(task="SafetyCarRun-v0").training_args()[-1] == "--bf16"
     assert "--bf16" not in PipelineConfig(task="SafetyCarRun-v0", preset="cpu").training_args()
     gpu = PipelineConfig(task="SafetyCarRun-v0", device="cuda", update_steps=9_000)
@@ -62,13 +66,11 @@ def test_pipeline_trains_with_the_measured_recipe_of_its_device(
 def test_pipeline_collects_into_and_trains_on_the_dataset_it_is_given(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from training import pipeline
-
     given = tmp_path / "fresh" / "SafetyCarRun-v0.hdf5"
     config = PipelineConfig(task="SafetyCarRun-v0", dataset=given)
     collected: list[Path] = []
-    monkeypatch.setattr("training.collect.cli.learn", lambda c: collected.append(c.output_path))
-    monkeypatch.setattr("training.collect.cli.finalize", lambda c: collected.append(c.output_path))
+    monkeypatch.setattr(pipeline, "collect_rollouts", lambda c: collected.append(c.output_path))
+    monkeypatch.setattr(pipeline, "finalize_dataset", lambda c: collected.append(c.output_path))
     pipeline.collect(config)
     assert collected == [given, given]
     assert PipelineConfig(task="SafetyCarRun-v0").dataset_path == Path(
@@ -83,9 +85,6 @@ def test_pipeline_collects_into_and_trains_on_the_dataset_it_is_given(
 def test_a_stopped_pipeline_exits_130_with_the_command_that_continues_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from training import pipeline
-    from training.learn.interrupt import TrainingInterrupted
-
     def stopped_in_training(config: PipelineConfig) -> dict[str, float]:
         raise TrainingInterrupted(Path("runs/pipeline-cdt-carrun/last.pt"), 139)
 
@@ -104,11 +103,6 @@ def test_calibration_counts_as_done_once_finished_even_when_none_counted(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    import shutil
-
-    from runtime.card import update_card
-    from training import pipeline
-
     monkeypatch.chdir(tmp_path)
     config = PipelineConfig(task="SafetyCarRun-v0")
     shutil.copytree(exported_policy[1], config.model_dir)
@@ -120,7 +114,7 @@ def test_calibration_counts_as_done_once_finished_even_when_none_counted(
     def nothing_counted(model_dir: Path) -> None:
         update_card(model_dir, evaluation={"calibration": {"finished": True, "chosen": None}})
 
-    monkeypatch.setattr("training.evaluation.calibrate.calibrate_model", nothing_counted)
+    monkeypatch.setattr(pipeline, "calibrate_model", nothing_counted)
     pipeline.calibrate(config)  # the pipeline goes on to evaluate the uncalibrated model
     assert "keeps the graph's budget scale" in caplog.text
     assert pipeline._calibrated(config)

@@ -19,26 +19,40 @@ and ``cli.py``.
 
 from __future__ import annotations
 
-BC_ALGORITHMS: tuple[str, ...] = (
+from typing import Literal, get_args
+
+BcAlgorithm = Literal[
     "bc-all",
     "bc-safe",
     "bc-risky",
     "bc-frontier",
     "bc-boundary",
     "mt-bc",
-)
+]
 """Behaviour-cloning variants (`training/baselines/bc.py`)."""
 
-ALGORITHMS: tuple[str, ...] = (
-    *BC_ALGORITHMS,
-    "bcq-lag",
-    "bear-lag",
-    "cpq",
-    "coptidice",
-    "bcq",
-    "bear",
-)
-"""Every baseline name `cdt train --algo NAME` accepts here, in the paper's table order."""
+Algorithm = Literal[BcAlgorithm, "bcq-lag", "bear-lag", "cpq", "coptidice", "bcq", "bear"]
+"""Every baseline name `cdt train --algo NAME` accepts here, in the paper's table order: the one
+list (`BaselineConfig.algo`, the registry, `cdt train`'s routing and `cdt report` read it)."""
+
+BC_ALGORITHMS: tuple[str, ...] = get_args(BcAlgorithm)
+ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
 
 DETERMINISTIC_ALGORITHMS: tuple[str, ...] = (*BC_ALGORITHMS, "bcq-lag", "bcq")
 """Baselines whose exported log-std is the constant -5 (a deterministic policy)."""
+
+NAMES_IN_PAPER: dict[str, str] = {
+    "bc-all": "BC-All",
+    "bc-safe": "BC-Safe",
+    "bc-risky": "BC-Risky",
+    "bc-frontier": "BC-Frontier",
+    "bc-boundary": "BC-Boundary",
+    "mt-bc": "MT-BC",
+    "bcq-lag": "BCQ-Lag",
+    "bear-lag": "BEAR-Lag",
+    "cpq": "CPQ",
+    "coptidice": "COptiDICE",
+    "bcq": "BCQ",
+    "bear": "BEAR",
+}
+"""How the paper's tables name each baseline."""

@@ -1,29 +1,92 @@
 """`python -m training.baselines.cli` (and `cdt train --algo <baseline>`): train and export.
 
 Example: `python -m training.baselines.cli --algo bc-safe --dataset datasets/SafetyCarRun-v0.hdf5
---out models/bc-safe-carrun/ --cost-limit 10 --steps 100000 --seed 0`.
+--out models/bc-safe-carrun/ --cost-limit 10 --steps 100000 --seed 0`. Every value, the dataset
+and the output folder are checked before training: a model already in `--out` (a shipped one,
+say) is replaced only with `--force`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import math
+from dataclasses import dataclass
+from typing import Annotated
 
 import tyro
 
+from runtime.arguments import AT_LEAST_1, FINITE_AT_LEAST_0, OPEN_UNIT_INTERVAL, POSITIVE, unmet
+from runtime.card import CARD_FILE
+from runtime.files import check_writable, refuse_overwrite
+from runtime.policy import ONNX_FILE
+from runtime.user_errors import UserError, exit_on_user_errors
 from training.baselines.config import BaselineConfig
 from training.baselines.registry import train_and_export
-from training.data.dataset import DatasetError
+from training.data.dataset import load_dataset
+from training.train_cli import check_device
 
 
+@dataclass(frozen=True)
+class BaselineArgs:
+    """Train one of the paper's baselines on a dataset and export it."""
+
+    config: Annotated[BaselineConfig, tyro.conf.arg(name="")]
+    force: bool = False
+    """replace the model in the output folder when it holds one already."""
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def config_problems(config: BaselineConfig) -> list[str]:
+    """Every setting no baseline can train with, one phrase each."""
+    values = {field.name: getattr(config, field.name) for field in dataclasses.fields(config)}
+    found = [
+        f"{_flag(name)} must be finite, got {value}"
+        for name, value in values.items()
+        if any(
+            isinstance(v, float) and not math.isfinite(v)
+            for v in (value if isinstance(value, tuple) else (value,))
+        )
+    ]
+    if found:
+        return found
+
+    def pick(*names: str) -> dict[str, float | None]:
+        return {_flag(name): values[name] for name in names}
+
+    counts = ("steps", "batch_size", "threads", "vae_hidden", "num_critics", "episode_len")
+    found += unmet(AT_LEAST_1, pick(*counts, "sample_action_num", "mmd_samples", "log_every"))
+    rates = ("actor_lr", "critic_lr", "vae_lr", "scalar_lr", "reward_scale", "cost_scale")
+    found += unmet(POSITIVE, pick(*rates))
+    found += unmet(OPEN_UNIT_INTERVAL, pick("gamma", "tau"))
+    found += unmet(FINITE_AT_LEAST_0, pick("cost_limit", "k_p", "k_i", "k_d"))
+    return found
+
+
+@exit_on_user_errors("cdt train")
 def main(argv: list[str] | None = None) -> None:
-    """Parse a `BaselineConfig`, train, export, and print where the model went."""
+    """Parse a `BaselineConfig`, check it, train, export, and print where the model went."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    config = tyro.cli(BaselineConfig, args=argv, prog="cdt train")
+    args = tyro.cli(
+        BaselineArgs, args=argv, prog="cdt train", default=BaselineArgs(BaselineConfig())
+    )
+    config = args.config
+    if problems := config_problems(config):
+        raise UserError("; ".join(problems))
+    check_device(config.device)
+    dataset = load_dataset(config.dataset)
+    out_dir = config.output_dir(dataset.task)
+    check_writable(out_dir, folder=True, option="--out")
+    hint = "export to another --out, or pass --force to replace that model"
+    refuse_overwrite([out_dir / ONNX_FILE, out_dir / CARD_FILE], args.force, hint)
     try:
-        out_dir = train_and_export(config)
-    except (DatasetError, ValueError) as error:
-        raise SystemExit(f"cdt train --algo {config.algo}: {error}") from error
-    print(f"{config.algo}: wrote {out_dir / 'model.onnx'} and {out_dir / 'model.json'}")
+        out_dir = train_and_export(config, dataset)
+    except ValueError as error:
+        raise UserError(f"--algo {config.algo}: {error}") from error
+    print(f"{config.algo}: wrote {out_dir / ONNX_FILE} and {out_dir / CARD_FILE}")
 
 
 if __name__ == "__main__":

@@ -10,24 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import tyro
 
-Algorithm = Literal[
-    "bc-all",
-    "bc-safe",
-    "bc-risky",
-    "bc-frontier",
-    "bc-boundary",
-    "mt-bc",
-    "bcq-lag",
-    "bear-lag",
-    "cpq",
-    "coptidice",
-    "bcq",
-    "bear",
-]
+from training.baselines import Algorithm
 
 # OSRL's actor learning rates: 1e-4 for CPQ and COptiDICE, 1e-3 for the others.
 _SLOW_ACTOR = ("cpq", "coptidice")

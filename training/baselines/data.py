@@ -101,7 +101,7 @@ def select_episodes(episodes: Sequence[Episode], algo: str, cost_limit: float) -
 
 
 def _env_action_bounds(task: str) -> tuple[np.ndarray, np.ndarray] | None:
-    try:
+    try:  # deferred on purpose: the simulator is optional here (bounds can come from the config)
         import gymnasium
 
         from runtime.sim import make_env

@@ -22,14 +22,16 @@ from onnx import TensorProto, helper
 from torch import nn
 
 from runtime.card import write_card
-from runtime.protocol import REPORTED_BUDGETS
+from runtime.context import WINDOW_NAMES
+from runtime.evaluation_protocol import REPORTED_BUDGETS
+from runtime.policy import ONNX_FILE, OUTPUT_NAMES
 from training.baselines import DETERMINISTIC_ALGORITHMS
 from training.baselines.data import Normaliser
 from training.baselines.networks import DETERMINISTIC_LOG_STD
 from training.baselines.trainer import TrainedBaseline
 from training.data.dataset import OfflineDataset
 from training.data.windows import dataset_summary
-from training.export import INPUT_NAMES, OUTPUT_NAMES, EnvUnitPolicy
+from training.export import EnvUnitPolicy
 from training.provenance import git_commit
 
 ONNX_OPSET = 17
@@ -79,7 +81,7 @@ class OnnxBaselinePolicy(EnvUnitPolicy):
 def example_inputs(
     observation_dim: int, action_dim: int, batch_size: int = 2
 ) -> tuple[torch.Tensor, ...]:
-    """Zero-valued contract inputs of K = 1, in INPUT_NAMES order."""
+    """Zero-valued contract inputs of K = 1, in WINDOW_NAMES order."""
     shape = (batch_size, CONTEXT_LEN)
     return (
         torch.zeros((*shape, observation_dim)),
@@ -104,7 +106,7 @@ def _declare_all_inputs(model: onnx.ModelProto, observation_dim: int, action_dim
     present = {value.name: value for value in model.graph.input}
     inputs = [
         present.get(name) or helper.make_tensor_value_info(name, *specs[name])
-        for name in INPUT_NAMES
+        for name in WINDOW_NAMES
     ]
     del model.graph.input[:]
     model.graph.input.extend(inputs)
@@ -115,14 +117,14 @@ def export_onnx(
 ) -> Path:
     """Trace `policy` on CPU to ONNX (opset 17, dynamic batch) and check the graph."""
     policy = copy.deepcopy(policy).cpu().eval()
-    axes = {name: {0: "batch"} for name in (*INPUT_NAMES, *OUTPUT_NAMES)}
+    axes = {name: {0: "batch"} for name in (*WINDOW_NAMES, *OUTPUT_NAMES)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
         torch.onnx.export(
             policy,
             example_inputs(observation_dim, action_dim),
             str(path),
-            input_names=list(INPUT_NAMES),
+            input_names=list(WINDOW_NAMES),
             output_names=list(OUTPUT_NAMES),
             dynamic_axes=axes,
             opset_version=ONNX_OPSET,
@@ -176,6 +178,6 @@ def export_baseline(trained: TrainedBaseline, dataset: OfflineDataset, out_dir: 
     """Write out_dir/model.onnx and out_dir/model.json; returns out_dir."""
     out_dir.mkdir(parents=True, exist_ok=True)
     policy = OnnxBaselinePolicy(trained.learner.policy_head(), trained.normaliser)
-    export_onnx(policy, out_dir / "model.onnx", trained.observation_dim, trained.action_dim)
+    export_onnx(policy, out_dir / ONNX_FILE, trained.observation_dim, trained.action_dim)
     write_card(out_dir, build_card(trained, dataset, out_dir.name))
     return out_dir

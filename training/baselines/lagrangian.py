@@ -1,15 +1,16 @@
 """The PID Lagrange multiplier of BCQ-Lag and BEAR-Lag, driven by a cost critic's estimate.
 
 The CDT paper's appendix gives the baselines a PID multiplier with k_P, k_I, k_D = 0.1, 0.003,
-0.001 (Stooke et al., 2020); the controller is the collector's `PidLagrangian`. Its setpoint is
-the episode cost limit spread evenly over the episode and discounted, as OSRL's BCQ-L does
+0.001 (Stooke et al., 2020); the controller is the collector's `PidLagrangian`
+(`training/pid_lagrangian.py`). Its setpoint is the episode cost limit spread evenly over the
+episode and discounted, as OSRL's BCQ-L does
 (`qc_thres` in `osrl/algorithms/bcql.py` at commit 039f775653dcaeeb1a1658a5d040cce468f4ffa6):
 kappa * (1 - gamma^T) / ((1 - gamma) * T).
 """
 
 from __future__ import annotations
 
-from training.collect.ppo_lagrangian import PidLagrangian
+from training.pid_lagrangian import PidLagrangian
 
 
 def per_step_threshold(cost_limit: float, gamma: float, episode_len: int) -> float:

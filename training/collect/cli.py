@@ -3,7 +3,9 @@
 The paper's appendix ("Dataset Collection") trains PPO-Lagrangian while the cost threshold
 rises from eps_1 to eps_2 between epochs n_1 and n_2, keeps every rollout, then thins the data
 with a grid filter over (cost return, reward return). A run directory holds the raw rollouts of
-every epoch and a resumable learner state, so an interrupted run loses at most one epoch.
+every epoch and a resumable learner state, so an interrupted run loses at most one epoch (run the
+same command again to resume). The output dataset (and its summary and plot beside it) is never
+replaced without `--force`: that is checked, with the task and every value, before the first epoch.
 """
 
 from __future__ import annotations
@@ -22,18 +24,23 @@ import torch
 import tyro
 from tqdm import tqdm
 
-from runtime.files import write_atomic
-from runtime.sim import check_task
-from training.collect.env_workers import open_envs
-from training.collect.ppo_lagrangian import (
-    ActorCritic,
-    PidLagrangian,
-    PpoSettings,
-    RunningNormaliser,
-    ppo_update,
+from runtime.arguments import (
+    AT_LEAST_0,
+    AT_LEAST_1,
+    FINITE_AT_LEAST_0,
+    OPEN_UNIT_INTERVAL,
+    unmet,
 )
+from runtime.files import check_writable, refuse_overwrite, write_atomic
+from runtime.sim import check_task
+from runtime.user_errors import UserError, exit_on_user_errors
+from training.collect.env_workers import open_envs
+from training.collect.ppo_lagrangian import ActorCritic, PpoSettings, RunningNormaliser, ppo_update
 from training.collect.rollout_collector import EpisodeRecorder, collect_epoch
 from training.data.dataset import REQUIRED_KEYS, Episode, load_dataset, save_dataset, split_episodes
+from training.data.grid_filter import grid_filter
+from training.data.summary import plot_returns, write_summary
+from training.pid_lagrangian import PidLagrangian
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +135,37 @@ class CollectConfig:
     """seed of envs, policy and filter."""
     finalize_only: bool = False
     """skip learning: filter the raw rollouts already in run_dir and write the dataset."""
+    force: bool = False
+    """replace the output dataset (and its .json summary and .png plot) when it exists already,
+    e.g. a shipped `datasets/<task>.hdf5`; without it the command stops before any work."""
+
+    def __post_init__(self) -> None:
+        """Refuse values no collection can run with (a `UserError`: one line, exit 2)."""
+        if problems := self.problems():
+            raise UserError("; ".join(problems))
+
+    def problems(self) -> list[str]:
+        """Every value no collection can run with, one phrase each."""
+        counts = {"--num-envs": self.num_envs, "--env-workers": self.env_workers}
+        counts |= {"--epochs": self.epochs, "--steps-per-epoch": self.steps_per_epoch}
+        counts |= {"--cost-bins": self.cost_bins, "--reward-bins": self.reward_bins}
+        counts |= {"--max-per-cell": self.max_per_cell}
+        epochs = {"--rise-start-epoch": self.rise_start_epoch}
+        epochs |= {"--rise-end-epoch": self.rise_end_epoch}
+        numbers = {"--threshold-start": self.threshold_start}
+        numbers |= {"--threshold-end": self.threshold_end, "--k-p": self.k_p}
+        numbers |= {"--k-i": self.k_i, "--k-d": self.k_d}
+        shares = {"--clip-ratio": self.clip_ratio, "--gae-lambda": self.gae_lambda}
+        shares |= {"--gamma": self.gamma}
+        found = unmet(AT_LEAST_1, counts) + unmet(AT_LEAST_0, epochs)
+        found += unmet(FINITE_AT_LEAST_0, numbers) + unmet(OPEN_UNIT_INTERVAL, shares)
+        schedule = None if found else self.schedule()
+        if schedule is not None and schedule.n_1 > schedule.n_2:
+            found.append(
+                f"the threshold must start rising (epoch {schedule.n_1}) no later than it"
+                f" reaches its end value (epoch {schedule.n_2})"
+            )
+        return found
 
     def schedule(self) -> TaskSchedule:
         """The task's schedule, with each field given on the command line in its place."""
@@ -315,12 +353,9 @@ def learn(config: CollectConfig) -> None:
 
 def finalize(config: CollectConfig) -> Path:
     """Grid-filter the raw rollouts, write the HDF5 file, its JSON summary and scatter plot."""
-    from training.data.cli import plot_returns, write_summary
-    from training.data.grid_filter import grid_filter
-
     episodes, _ = load_raw_episodes(config.run_path)
     if not episodes:
-        raise SystemExit(f"cdt collect: no raw rollouts in {config.run_path / 'raw'}")
+        raise UserError(f"no raw rollouts in {config.run_path / 'raw'}")
     rewards = np.array([e.reward_return for e in episodes])
     costs = np.array([e.cost_return for e in episodes])
     keep = grid_filter(
@@ -352,14 +387,30 @@ def finalize(config: CollectConfig) -> Path:
     return path
 
 
+def output_paths(config: CollectConfig) -> list[Path]:
+    """The dataset and the summary and plot written beside it."""
+    path = config.output_path
+    return [path, path.with_suffix(".json"), path.with_suffix(".png")]
+
+
+def check_before_collecting(config: CollectConfig) -> None:
+    """The task exists and the outputs may be written (none replaced without --force)."""
+    try:
+        check_task(config.task)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    check_writable(config.output_path, option="--out")
+    hint = "give another --out, or pass --force to replace it"
+    refuse_overwrite(output_paths(config), config.force, hint)
+    check_writable(config.run_path, folder=True, option="--run-dir")
+
+
+@exit_on_user_errors("cdt collect")
 def main(argv: list[str] | None = None) -> None:
     """Entry point of `cdt collect`."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     config = tyro.cli(CollectConfig, args=argv, prog="cdt collect")
-    try:
-        check_task(config.task)
-    except ValueError as error:
-        raise SystemExit(f"cdt collect: {error}") from None
+    check_before_collecting(config)
     if not config.finalize_only:
         learn(config)
     path = finalize(config)

@@ -2,7 +2,8 @@
 
 Follows the CDT paper's appendix ("Dataset Collection"): PPO with separate reward and cost
 critics, GAE, and a PID-controlled multiplier (Stooke et al., 2020, "Responsive Safety in RL by
-PID Lagrangian Methods") whose cost threshold the collector raises over training.
+PID Lagrangian Methods"; `training/pid_lagrangian.py`) whose cost threshold the collector raises
+over training.
 """
 
 from __future__ import annotations
@@ -14,40 +15,6 @@ from typing import NamedTuple
 import numpy as np
 import torch
 from torch import nn
-
-
-@dataclass
-class PidLagrangian:
-    """PID Lagrange multiplier: lambda = max(0, P + I + D) on the episode-cost error.
-
-    Defaults are the paper's k_P, k_I, k_D = 0.1, 0.003, 0.001.
-    """
-
-    k_p: float = 0.1
-    k_i: float = 0.003
-    k_d: float = 0.001
-    ema_alpha: float = 0.95
-    integral: float = 0.0
-    smoothed_error: float = 0.0
-    smoothed_cost: float = 0.0
-    previous_cost: float = 0.0
-    multiplier: float = 0.0
-
-    def update(self, episode_cost: float, threshold: float) -> float:
-        """Feed the mean episode cost of the latest epoch; return the new multiplier."""
-        error = episode_cost - threshold
-        self.integral = max(0.0, self.integral + self.k_i * error)
-        # Smoothed P and D terms, as in Stooke et al. (2020), Algorithm 2.
-        self.smoothed_error = self.ema_alpha * self.smoothed_error + (1 - self.ema_alpha) * error
-        self.smoothed_cost = (
-            self.ema_alpha * self.smoothed_cost + (1 - self.ema_alpha) * episode_cost
-        )
-        derivative = max(0.0, self.smoothed_cost - self.previous_cost)
-        self.previous_cost = self.smoothed_cost
-        self.multiplier = max(
-            0.0, self.k_p * self.smoothed_error + self.integral + self.k_d * derivative
-        )
-        return self.multiplier
 
 
 class ActorCritic(nn.Module):

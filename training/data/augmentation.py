@@ -85,13 +85,18 @@ def sample_infeasible_targets(
     rng: np.random.Generator,
     min_gap: float,
     max_reward: float,
+    max_cost: float | None = None,
 ) -> np.ndarray:
     """Draw `count` (cost, reward) targets above the reward frontier; returns [count, 2].
 
-    Costs are uniform over the dataset's cost-return range; rewards are uniform in
-    [RF(c) + min_gap, max(RF(c) + min_gap, max_reward)], so no target is reachable by the data.
+    Costs are uniform over the dataset's cost-return range, or up to `max_cost` where that is
+    lower; rewards are uniform in [RF(c) + min_gap, max(RF(c) + min_gap, max_reward)], so no
+    target is reachable by the data.
     """
-    target_costs = rng.uniform(cost_returns.min(), cost_returns.max(), size=count)
+    low_cost, high_cost = float(cost_returns.min()), float(cost_returns.max())
+    if max_cost is not None:
+        high_cost = max(low_cost, min(high_cost, max_cost))
+    target_costs = rng.uniform(low_cost, high_cost, size=count)
     # PF(c): the best reward any trajectory with cost <= c reaches; nothing in the data is above it.
     low = pareto_frontier_curve(cost_returns, reward_returns, target_costs) + min_gap
     high = np.maximum(low, max_reward)
@@ -101,7 +106,7 @@ def sample_infeasible_targets(
 
 def relabel_to_go(to_go: np.ndarray, target_return: float) -> np.ndarray:
     """Shift a return-to-go sequence element-wise so that it starts at `target_return`."""
-    shifted: np.ndarray = to_go + (target_return - to_go[0])
+    shifted: np.ndarray = to_go + to_go.dtype.type(target_return - to_go[0])
     return shifted
 
 
@@ -132,6 +137,7 @@ def augment_returns(
     *,
     min_gap: float = 1.0,
     max_reward: float | None = None,
+    max_cost: float | None = None,
     association: str = "sampled",
     beta: float = 1.0,
     max_reward_drop: float = np.inf,
@@ -140,6 +146,7 @@ def augment_returns(
 
     Args:
         max_reward: highest target reward; None uses max reward return + 10% of the reward range.
+        max_cost: highest target cost; None uses the data's largest cost return (Algorithm 1).
         association: "best" (Algorithm 1) or "sampled" (the appendix's sampling-based association).
     """
     if count <= 0 or len(reward_returns) == 0:
@@ -148,7 +155,7 @@ def augment_returns(
         spread = float(reward_returns.max() - reward_returns.min())
         max_reward = float(reward_returns.max()) + 0.1 * spread
     targets = sample_infeasible_targets(
-        reward_returns, cost_returns, count, rng, min_gap=min_gap, max_reward=max_reward
+        reward_returns, cost_returns, count, rng, min_gap, max_reward, max_cost
     )
     if association == "best":
         sources = best_under_cost(reward_returns, cost_returns, targets[:, 0])

@@ -5,8 +5,10 @@
     cdt dataset add-outliers FILE --out FILE --fraction 0.1 --seed 0
     cdt dataset filter FILE --out FILE --cost-bins 60 --reward-bins 50 --max-per-cell 10
 
-A bad input file: one line on stderr (the `DatasetError` message), exit code 2, nothing written.
-Outputs (HDF5, JSON, PNG) are written atomically; `cdt collect` uses write_summary, plot_returns.
+A bad input file or value: one line on stderr, exit code 2, nothing written. Outputs (HDF5, JSON,
+PNG) are checked before any work: an existing one is replaced only with `--force`, and `--out`
+may never be the input. They are written atomically; the summary and the plot are
+`training.data.summary`'s, as `cdt collect` writes them.
 """
 
 from __future__ import annotations
@@ -14,128 +16,30 @@ from __future__ import annotations
 import json
 import logging
 import math
-import sys
 from argparse import ArgumentParser, ArgumentTypeError, Namespace
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from runtime.arguments import finite_float, positive_float, positive_int
-from runtime.files import write_atomic
+from runtime.arguments import CommandParser, budget, finite_float, positive_float, positive_int
+from runtime.files import check_writable, refuse_overwrite, same_file, write_atomic
+from runtime.user_errors import UserError, exit_on_user_errors
 from training.data.dataset import DatasetError, Episode, OfflineDataset, load_dataset, save_dataset
 from training.data.frontiers import (
     DEFAULT_COST_BIN_WIDTH,
     DEFAULT_THRESHOLDS,
-    FrontierSummary,
-    pareto_indices,
-    pareto_points,
     reduce_indices,
     reduce_level,
-    reward_frontier_curve,
     summarise_frontiers,
 )
 from training.data.grid_filter import grid_filter
+from training.data.summary import plot_returns, summarise_dataset
 
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[Namespace], None]
-
-
-def _json_number(value: float) -> float | None:
-    """JSON has no NaN: an undefined frontier value is written as null."""
-    return float(value) if math.isfinite(value) else None
-
-
-def _stats(values: np.ndarray) -> dict[str, float]:
-    low, high, mean, std = values.min(), values.max(), values.mean(), values.std()
-    return {"min": float(low), "max": float(high), "mean": float(mean), "std": float(std)}
-
-
-def _json_row(summary: FrontierSummary) -> dict[str, Any]:
-    row = summary._asdict()
-    return {
-        key: _json_number(value) if isinstance(value, float) else value
-        for key, value in row.items()
-    }
-
-
-def summarise(
-    dataset: OfflineDataset,
-    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
-    bin_width: float = DEFAULT_COST_BIN_WIDTH,
-) -> dict[str, Any]:
-    """Counts, return ranges and the frontiers at each threshold, as JSON-ready values."""
-    costs, rewards = dataset.cost_returns, dataset.reward_returns
-    lengths = np.array([episode.length for episode in dataset.episodes], dtype=np.float64)
-    rows = summarise_frontiers(costs, rewards, thresholds, bin_width)
-    return {
-        "task": dataset.task,
-        "episodes": len(dataset.episodes),
-        "transitions": dataset.transitions,
-        "observation_dim": dataset.observation_dim,
-        "action_dim": dataset.action_dim,
-        "reward_return": _stats(rewards),
-        "cost_return": _stats(costs),
-        "episode_length": _stats(lengths),
-        "pareto_episodes": int(pareto_indices(costs, rewards).size),
-        "cost_bin_width": bin_width,
-        "frontiers": [_json_row(row) for row in rows],
-    }
-
-
-def write_summary(
-    dataset: OfflineDataset,
-    path: str | Path,
-    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
-) -> Path:
-    """Write `summarise(dataset, thresholds)` as JSON, atomically."""
-    text = json.dumps(summarise(dataset, thresholds), indent=2) + "\n"
-    return write_atomic(path, lambda temporary: temporary.write_text(text))
-
-
-def plot_returns(
-    dataset: OfflineDataset,
-    path: str | Path,
-    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
-) -> Path:
-    """PNG scatter of cost return vs reward return, with RF, PF and the threshold lines."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    costs, rewards = dataset.cost_returns, dataset.reward_returns
-    figure = Figure(figsize=(7.0, 4.5), dpi=120, layout="constrained")
-    FigureCanvasAgg(figure)  # the Agg backend, without pyplot's global state
-    axes = figure.add_subplot()
-    axes.scatter(costs, rewards, s=8, alpha=0.35, color="tab:blue", label="trajectories")
-    centres, best = reward_frontier_curve(costs, rewards)
-    axes.plot(centres, best, color="tab:orange", linewidth=1.0, label="reward frontier RF")
-    frontier_costs, frontier_rewards = pareto_points(costs, rewards)
-    # PF(kappa) is a step function: the reward of the last Pareto point at or below kappa
-    step_costs = np.append(frontier_costs, costs.max())
-    step_rewards = np.append(frontier_rewards, frontier_rewards[-1])
-    axes.step(step_costs, step_rewards, where="post", color="tab:red", linewidth=1.5)
-    axes.scatter(
-        frontier_costs, frontier_rewards, s=22, color="tab:red", label="Pareto frontier PF"
-    )
-    for threshold in thresholds:
-        axes.axvline(threshold, linestyle="--", linewidth=1.0, color="0.4")
-        axes.annotate(
-            rf"$\kappa$={threshold:g}",
-            (threshold, 1.0),
-            xycoords=("data", "axes fraction"),
-            xytext=(3, -4),
-            textcoords="offset points",
-            fontsize=8,
-            rotation=90,  # upright labels: thresholds 10 and 20 sit close on a wide cost axis
-            verticalalignment="top",
-        )
-    axes.set_xlabel("cost return")
-    axes.set_ylabel("reward return")
-    axes.set_title(f"{dataset.task}: {len(costs)} episodes, {dataset.transitions} transitions")
-    axes.legend(loc="lower right", fontsize=8)
-    return write_atomic(path, lambda temporary: figure.savefig(temporary, format="png"))
 
 
 def _with_step(
@@ -242,9 +146,23 @@ def _format_summary(path: Path, summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def check_outputs(args: Namespace) -> None:
+    """Refuse, before any work, an output that is the input, exists (without --force) or cannot
+    be written."""
+    outputs = {"--out": getattr(args, "out", None), "--json": getattr(args, "json", None)}
+    outputs["--plot"] = args.plot
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        if same_file(path, args.file):
+            raise UserError(f"{option} {path} is the input file: write the result elsewhere")
+        check_writable(path, option=option)
+        refuse_overwrite([path], args.force)
+
+
 def _run_inspect(args: Namespace) -> None:
     dataset = load_dataset(args.file)
-    summary = summarise(dataset, args.thresholds, args.rf_bin_width)
+    summary = summarise_dataset(dataset, args.thresholds, args.rf_bin_width)
     print(_format_summary(args.file, summary))
     if args.json is not None:
         text = json.dumps(summary, indent=2) + "\n"
@@ -335,8 +253,14 @@ def _add_io(parser: ArgumentParser, with_threshold: bool = True) -> None:
     parser.add_argument("file", type=Path, help="input dataset (DSRL HDF5 layout)")
     parser.add_argument("--out", type=Path, required=True, help="output dataset (HDF5)")
     parser.add_argument("--plot", type=Path, help="also write a PNG scatter of the output")
+    _add_force(parser)
     if with_threshold:
-        parser.add_argument("--threshold", type=float, default=10.0, help="cost threshold kappa")
+        parser.add_argument("--threshold", type=budget, default=10.0, help="cost threshold kappa")
+
+
+def _add_force(parser: ArgumentParser) -> None:
+    text = "replace outputs that exist already (never the input)"
+    parser.add_argument("--force", action="store_true", help=text)
 
 
 def _add_inspect(subparsers: Any) -> None:
@@ -344,9 +268,10 @@ def _add_inspect(subparsers: Any) -> None:
     parser = _subparser(subparsers, "inspect", text, _run_inspect)
     parser.add_argument("file", type=Path, help="dataset (DSRL HDF5 layout)")
     thresholds = list(DEFAULT_THRESHOLDS)
-    parser.add_argument("--thresholds", type=float, nargs="+", default=thresholds, metavar="K")
+    parser.add_argument("--thresholds", type=budget, nargs="+", default=thresholds, metavar="K")
     parser.add_argument("--plot", type=Path, help="write the cost-reward scatter as PNG")
     parser.add_argument("--json", type=Path, help="write the summary as JSON")
+    _add_force(parser)
     width = DEFAULT_COST_BIN_WIDTH
     parser.add_argument("--rf-bin-width", type=positive_float, default=width, help="RF cost bin")
 
@@ -367,7 +292,8 @@ def _add_outliers(subparsers: Any) -> None:
     _add_io(parser)
     parser.add_argument("--fraction", type=_fraction, required=True, help="share of episodes")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
-    parser.add_argument("--reward-scale", type=float, default=1.5, help="outlier reward factor")
+    factor = "outlier reward factor"
+    parser.add_argument("--reward-scale", type=positive_float, default=1.5, help=factor)
 
 
 def _add_filter(subparsers: Any) -> None:
@@ -383,7 +309,7 @@ def _add_filter(subparsers: Any) -> None:
 
 def build_parser() -> ArgumentParser:
     """The `cdt dataset` argument parser, one subparser per subcommand."""
-    parser = ArgumentParser(
+    parser = CommandParser(
         prog="cdt dataset", description="Inspect and transform offline safe-RL datasets."
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -392,17 +318,18 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
+def _run(args: Namespace) -> None:
+    check_outputs(args)
+    try:
+        args.handler(args)
+    except OSError as error:
+        raise UserError(f"cannot write: {error}") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of `cdt dataset`."""
     args = build_parser().parse_args(argv)
-    try:
-        args.handler(args)
-    except DatasetError as error:
-        print(f"cdt dataset {args.command}: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except OSError as error:
-        print(f"cdt dataset {args.command}: cannot write: {error}", file=sys.stderr)
-        raise SystemExit(1) from None
+    exit_on_user_errors(f"cdt dataset {args.command}")(_run)(args)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import h5py
 import numpy as np
 
 from runtime.files import write_atomic
+from runtime.user_errors import UserError
 
 FLOAT_KEYS = ("observations", "next_observations", "actions", "rewards", "costs")
 FLAG_KEYS = ("terminals", "timeouts")
@@ -27,7 +28,7 @@ VECTOR_KEYS = ("rewards", "costs", "terminals", "timeouts")  # [transitions], on
 logger = logging.getLogger(__name__)
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """A dataset file that cannot be used; the message is one line naming the problem."""
 
 
@@ -204,6 +205,23 @@ def load_dataset(path: str | Path) -> OfflineDataset:
     except OSError as error:
         raise DatasetError(f"not a readable HDF5 file: {path} ({error})") from error
     return OfflineDataset(episodes=split_episodes(arrays), attrs=attrs)
+
+
+def read_task(path: str | Path) -> str:
+    """The env id a dataset file names (its `env_id` attribute, "unknown" without one), read
+    without loading its arrays.
+
+    Raises:
+        DatasetError: the file is missing or not readable HDF5.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"no such file: {path}")
+    try:
+        with h5py.File(path, "r") as file:
+            return str(_decode_attr(file.attrs.get("env_id", "unknown")))
+    except OSError as error:
+        raise DatasetError(f"not a readable HDF5 file: {path} ({error})") from error
 
 
 def concatenate_episodes(episodes: Sequence[Episode]) -> dict[str, np.ndarray]:

@@ -18,12 +18,10 @@ Deviations from DSRL's ``grid_filter``
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from training.data.dataset import Episode
 from training.data.frontiers import paired_returns
 
 logger = logging.getLogger(__name__)
@@ -128,25 +126,3 @@ def _sample_cells(
         kept.append(members)
     indices = np.sort(np.concatenate(kept)) if kept else np.empty(0, dtype=np.int64)
     return indices.astype(np.int64)
-
-
-def filter_episodes(
-    episodes: Sequence[Episode],
-    cost_bins: int,
-    reward_bins: int,
-    max_per_cell: int,
-    *,
-    rng: np.random.Generator,
-    min_per_cell: int = 1,
-) -> list[Episode]:
-    """``grid_filter`` applied to episodes: the kept episodes, in their original order."""
-    indices = grid_filter(
-        [episode.cost_return for episode in episodes],
-        [episode.reward_return for episode in episodes],
-        cost_bins,
-        reward_bins,
-        max_per_cell,
-        rng=rng,
-        min_per_cell=min_per_cell,
-    )
-    return [episodes[int(index)] for index in indices]

@@ -21,8 +21,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from runtime.protocol import REPORTED_BUDGETS
-from training.data.augmentation import Relabel
+from runtime.evaluation_protocol import REPORTED_BUDGETS
+from training.data.augmentation import Relabel, relabel_to_go
 from training.data.dataset import Episode, OfflineDataset
 from training.data.frontiers import derive_default_targets
 from training.provenance import git_commit
@@ -69,12 +69,6 @@ class NormalisationStats:
         low, high = np.asarray(self.action_low), np.asarray(self.action_high)
         scaled: np.ndarray = (actions - (high + low) / 2) / ((high - low) / 2)
         return scaled
-
-    def unscale_actions(self, actions: np.ndarray) -> np.ndarray:
-        """[-1, 1] -> env units."""
-        low, high = np.asarray(self.action_low), np.asarray(self.action_high)
-        unscaled: np.ndarray = actions * ((high - low) / 2) + (high + low) / 2
-        return unscaled
 
 
 def to_go(values: np.ndarray) -> np.ndarray:
@@ -155,8 +149,8 @@ def _episode_block(
     reward_to_go, cost_to_go = to_go(episode.rewards), to_go(episode.costs)
     if relabel is not None:
         # Algorithm 1: element-wise shift so the copy starts at the (infeasible) targets.
-        reward_to_go = reward_to_go + np.float32(relabel.reward_return - reward_to_go[0])
-        cost_to_go = cost_to_go + np.float32(relabel.cost_return - cost_to_go[0])
+        reward_to_go = relabel_to_go(reward_to_go, relabel.reward_return)
+        cost_to_go = relabel_to_go(cost_to_go, relabel.cost_return)
     pad = seq_len - 1
     block = {
         "states": stats.normalise_states(episode.observations),
@@ -227,16 +221,21 @@ def build_buffer(
     )
 
 
-def cost_sampling_weights(cost_returns: torch.Tensor, ceiling: float | None) -> torch.Tensor:
-    """Linear cost-weighted sampling: weight max(ceiling - C, 0), uniform if all are 0.
+def cost_sampling_weights(
+    cost_returns: torch.Tensor, ceiling: float | None, min_weight: float = 0.0
+) -> torch.Tensor:
+    """Linear cost-weighted sampling: weight max(ceiling - C, floor), uniform if all are 0.
 
     `ceiling` None is the largest cost return plus 10 % of the cost range: every episode and
-    relabelled copy keeps a positive weight, the cheapest ones the largest.
+    relabelled copy keeps a positive weight, the cheapest ones the largest. `min_weight` is the
+    floor as a share of the largest weight: with the authors' ceiling of 70, a floor of 0.1 keeps
+    costlier episodes in the draw at a tenth of the safest one's weight instead of zero.
     """
     if ceiling is None:
         high, low = float(cost_returns.max()), float(cost_returns.min())
         ceiling = high + 0.1 * (high - low)
     weights = (ceiling - cost_returns).clamp(min=0.0)
+    weights = weights.clamp(min=min_weight * float(weights.max()))
     if float(weights.sum()) <= 0.0:
         return torch.ones_like(cost_returns)
     return weights
@@ -345,9 +344,3 @@ class WindowSampler:
             padding_mask=buffer.is_padding[rows],
             costs=buffer.costs[rows],
         )
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return {"generator": self.generator.get_state()}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.generator.set_state(state["generator"])

@@ -1,1 +1,2 @@
-"""Evaluation in the simulator: checkpoint selection, `cdt evaluate`, sweeps, `cdt report`."""
+"""Evaluation in the simulator: checkpoint scores and `cdt select`, `cdt evaluate`, `cdt calibrate`
+and the sweeps (`cdt report`, which also trains, is an orchestrator: training/report/)."""

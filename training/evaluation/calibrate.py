@@ -12,7 +12,7 @@ graph's own scale spends more there too (then no more than it): a controller tha
 budget at mid-episode must find it left. The chosen scales go to the card's
 `mean_action_budget_scales` or `sampled_budget_scales` (the service interpolates between them),
 every measured row to its `evaluation.calibration` (`calibration_sampled`), written after each
-measurement.
+measurement. The search itself is `budget_scales.choose_scales`.
 """
 
 from __future__ import annotations
@@ -20,18 +20,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from runtime.arguments import positive_int
-from runtime.card import BudgetScale, CardError, ModelCard, update_card
-from runtime.policy import Policy
-from runtime.protocol import (
+from runtime.card import CARD_FILE, BudgetScale, CardError, ModelCard, update_card
+from runtime.evaluation_protocol import (
     REPORTED_BUDGETS,
     BudgetRow,
     SelectionRule,
@@ -40,6 +38,8 @@ from runtime.protocol import (
     selection_specs,
     summarise,
 )
+from runtime.policy import ONNX_FILE, Policy
+from training.evaluation.budget_scales import Measure, Measurement, PacedRow, choose_scales
 from training.evaluation.evaluate import onnx_episode_policy, run_in_chunks
 
 logger = logging.getLogger(__name__)
@@ -78,33 +78,6 @@ CALIBRATIONS = {
 """By action mode (`deterministic`)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class PacedRow:
-    """The action mode's row at one (budget, scale), and its mean cost by half the episode."""
-
-    row: BudgetRow
-    cost_by_half: float
-
-
-Measure = Callable[[float, float], PacedRow]
-"""(budget, scale) -> the action mode's paced row on the selection seeds."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Measurement:
-    """One (budget, scale) tried and why it does not count (empty: it does). A pace reference
-    is the graph's own scale, measured for the pacing limit rather than tried."""
-
-    scale: float
-    paced: PacedRow
-    failures: list[str]
-    pace_reference: bool = False
-
-    @property
-    def row(self) -> BudgetRow:
-        return self.paced.row
-
-
 def row_measurer(policy: Policy, episodes: int, deterministic: bool = True) -> Measure:
     """Measures the exported policy in one action mode at one budget and scale, `episodes`
     episodes."""
@@ -132,25 +105,6 @@ def row_measurer(policy: Policy, episodes: int, deterministic: bool = True) -> M
     return measure
 
 
-def _reward_interval(row: BudgetRow) -> tuple[float, float]:
-    """The row's mean reward plus and minus one standard error."""
-    error = row.reward_std / math.sqrt(row.episodes)
-    return row.reward_mean - error, row.reward_mean + error
-
-
-def clearly_below(tighter: BudgetRow, looser: BudgetRow) -> bool:
-    """Whether the tighter budget's reward lies below the looser one's by more than their
-    standard errors: so that fresh seeds still see the reward grow with the budget. Measured
-    reason: BallRun's mean action earned 252.7 +- 10.3 at kappa 10 (x1.1) and 257.7 +- 36.1 at
-    20 on 60 selection episodes, and 251.7 vs 250.8 on 10 fresh seeds."""
-    return _reward_interval(tighter)[1] < _reward_interval(looser)[0]
-
-
-def clearly_above(tighter: BudgetRow, looser: BudgetRow) -> bool:
-    """Whether the tighter budget's reward lies above the looser one's beyond their errors."""
-    return _reward_interval(tighter)[0] > _reward_interval(looser)[1]
-
-
 def default_budgets(card: ModelCard) -> list[float]:
     """The budgets of the card's cost curve inside its validated range (those it promises to
     keep), else the reported ones."""
@@ -161,74 +115,6 @@ def default_budgets(card: ModelCard) -> list[float]:
         p.target_cost for p in card.cost_curve if p.target_cost > 0 and low <= p.target_cost <= high
     ]
     return sorted(set(budgets)) or list(REPORTED_BUDGETS)
-
-
-def calibrate(
-    measure: Measure,
-    budgets: Sequence[float],
-    scales: Sequence[float],
-    rule: SelectionRule,
-    graph_scale: float,
-    on_measured: Callable[[Measurement], object] = lambda measurement: None,
-) -> tuple[list[BudgetScale] | None, list[Measurement]]:
-    """The chosen scale per budget (None when a budget has none that counts) and every row."""
-    tightest = min(budgets)
-    chosen: list[tuple[BudgetScale, BudgetRow]] = []
-    measured: list[Measurement] = []
-    rows: dict[tuple[float, float], PacedRow] = {}
-
-    def paced_row(budget: float, scale: float, pace_reference: bool = False) -> PacedRow:
-        if (budget, scale) not in rows:
-            rows[budget, scale] = measure(budget, scale)
-            if pace_reference:
-                measured.append(Measurement(scale, rows[budget, scale], [], pace_reference=True))
-                on_measured(measured[-1])
-        return rows[budget, scale]
-
-    def pace_limit(budget: float) -> float:
-        # Measured reason: unpaced, CarRun's mean action was fed x1.1 at kappa 60 and spent 53.6
-        # by step 100 of 200 (the graph's x0.8: 27.8, x0.7: 18.9, at the same reward), so a
-        # controller's 60 -> 10 at mid-episode found the budget gone.
-        return max(tightest, paced_row(budget, graph_scale, pace_reference=True).cost_by_half)
-
-    for budget in sorted(budgets, reverse=True):
-        looser = chosen[-1] if chosen else None
-        found = plateau = None
-        for scale in sorted(scales, reverse=True):
-            if looser is not None and scale * budget > looser[0].fed:
-                continue  # a tighter budget must not be fed more than a looser one
-            paced = paced_row(budget, scale)
-            row = paced.row
-            failures = rule.row_failures(row, tightest)
-            # the graph's row is measured only when a candidate spends past the tightest budget
-            limit = pace_limit(budget) if paced.cost_by_half > tightest else tightest
-            if paced.cost_by_half > limit:
-                failures.append(
-                    f"kappa {budget:g} {action_mode(row.deterministic)}: spent"
-                    f" {paced.cost_by_half:.1f} by half the episode"
-                    f" > {limit:.1f} (a tightening to kappa {tightest:g} then)"
-                )
-            if looser is not None and not clearly_below(row, looser[1]):
-                if not failures and not clearly_above(row, looser[1]):
-                    plateau = plateau or (BudgetScale(budget=budget, scale=scale), row)
-                failures.append(
-                    f"kappa {budget:g} {action_mode(row.deterministic)}: reward"
-                    f" {row.reward_mean:.1f} not clearly below"
-                    f" kappa {looser[0].budget:g}'s {looser[1].reward_mean:.1f}"
-                )
-            measured.append(Measurement(scale, paced, failures))
-            on_measured(measured[-1])
-            if not failures:
-                found = (BudgetScale(budget=budget, scale=scale), row)
-                break
-        # Where no scale earns clearly less, the reward is flat in the budget (BallRun's mean
-        # action earns 236-242 at kappa 5 whatever it is fed, 236.7 at 10): take the largest
-        # scale that earns no more than the looser budget does.
-        found = found or plateau
-        if found is None:
-            return None, measured
-        chosen.append(found)
-    return [scale for scale, _ in reversed(chosen)], measured
 
 
 _VERSION_MARKS = re.compile(r"(\+(?:mean|sampled)-calibrated)+$")
@@ -342,7 +228,7 @@ def calibrate_model(
     def measure(budget: float, scale: float) -> PacedRow:
         return earlier.get((budget, scale)) or measure_anew(budget, scale)
 
-    chosen, measured = calibrate(
+    chosen, measured = choose_scales(
         measure, budgets, scales, rule, policy.card.budget_scale, on_measured
     )
     evaluation[where.record_key] = _record(graph, deterministic, chosen, measured, episodes)
@@ -369,7 +255,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of `cdt calibrate`."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     parser = argparse.ArgumentParser(prog="cdt calibrate", description=__doc__.splitlines()[0])
-    parser.add_argument("model_dir", type=Path, help="exported policy (model.onnx + model.json)")
+    parser.add_argument("model_dir", type=Path, help=f"exported policy ({ONNX_FILE} + {CARD_FILE})")
     parser.add_argument(
         "--budgets",
         type=float,
@@ -408,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
     if chosen is None:
         raise SystemExit(
             "cdt calibrate: no candidate scale counts at one budget; the card's calibration is"
-            f" unchanged (rows in {args.model_dir}/model.json,"
+            f" unchanged (rows in {args.model_dir / CARD_FILE},"
             f" evaluation.{CALIBRATIONS[deterministic].record_key})"
         )
     print(f"re-run `cdt evaluate {args.model_dir} ... --record` for the reported seeds")

@@ -4,6 +4,11 @@ Episodes run through the one episode loop (`runtime.episodes.run_episodes`) with
 own forward pass (`runtime.policy.Policy`), so what is measured is what is served. Episodes run in
 worker processes; within a worker all its episodes step together and share one batched forward
 pass per step. Seeds are the protocol's reported seeds, never the ones checkpoints were chosen on.
+
+Before any episode the command loads the policy (a corrupt graph or card is one line, exit 2),
+checks the task (a model is run on another task than its card's only with `--force`) and its
+outputs: `reports/NAME/` for a model in this checkout's `models/`, the model's own folder for any
+other (or `--out`); earlier results there are replaced only with `--force`.
 """
 
 from __future__ import annotations
@@ -21,19 +26,27 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from runtime.arguments import budget, finite_float, positive_int
+from runtime.arguments import CommandParser, budget, finite_float, positive_int
 from runtime.card import read_card
 from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec, run_episodes
-from runtime.policy import Policy
-from runtime.protocol import (
+from runtime.evaluation_protocol import (
     REPORTED_BUDGETS,
     action_mode,
     report_seeds,
     summarise,
     target_reward_for,
 )
+from runtime.files import write_atomic
+from runtime.policy import Policy
 from runtime.scores import normalised_cost, normalised_reward
+from runtime.user_errors import UserError, exit_on_user_errors
 from training.card_update import record_evaluation
+from training.evaluation.inputs import (
+    check_report_outputs,
+    check_task_for,
+    default_report_dir,
+    load_policy,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -93,13 +106,6 @@ def run_job(job: RolloutJob) -> list[EpisodeResult]:
     return run_episodes(policy, job.task, job.specs, record_steps=job.record_steps)
 
 
-def normalised_scores(
-    reward: np.ndarray, cost: np.ndarray, reward_range: tuple[float, float], kappa: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Paper section 5: reward (R - r_min) / (r_max - r_min) * 100 and cost C / (kappa + eps)."""
-    return normalised_reward(reward, reward_range), normalised_cost(cost, kappa)
-
-
 def run_parallel(jobs: list[RolloutJob], workers: int, label: str) -> list[EpisodeResult]:
     """Run the jobs, in `workers` processes when more than one; with a progress bar."""
     results: list[EpisodeResult] = []
@@ -128,8 +134,9 @@ def _summary(
     rewards = np.array([result.reward for result in results])
     costs = np.array([result.cost for result in results])
     seed_means = [
-        normalised_scores(
-            rewards[per_seed == s], costs[per_seed == s], reward_range, row.target_cost
+        (
+            normalised_reward(rewards[per_seed == s], reward_range),
+            normalised_cost(costs[per_seed == s], row.target_cost),
         )
         for s in range(seeds)
     ]
@@ -173,7 +180,7 @@ def evaluate_policy_dir(
     card = read_card(Path(model_dir))
     reward_range = card.reward_return_range
     if reward_range is None:
-        raise SystemExit(f"cdt evaluate: {model_dir}: the card has no dataset reward range")
+        raise UserError(f"{model_dir}: the card has no dataset reward range")
     if target_reward is None:
         target_reward = target_reward_for(card.default_targets or [], target_cost)
     jobs = [
@@ -256,17 +263,23 @@ def evaluate_protocol(model_dir: str | Path, **options: Any) -> dict[str, Any]:
     }
 
 
-def write_report(result: dict[str, Any], out: Path, convention: str) -> Path:
-    """Write `out/evaluation_<convention>.json` and `.md`; returns their common stem."""
-    out.mkdir(parents=True, exist_ok=True)
+def report_paths(out: Path, convention: str) -> list[Path]:
+    """The files `write_report` writes."""
     stem = out / f"evaluation_{convention}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2))
-    stem.with_suffix(".md").write_text(to_markdown(result))
-    return stem
+    return [stem.with_suffix(".json"), stem.with_suffix(".md")]
+
+
+def write_report(result: dict[str, Any], out: Path, convention: str) -> Path:
+    """Write `out/evaluation_<convention>.json` and `.md` (each atomically); returns their stem."""
+    json_path, markdown_path = report_paths(out, convention)
+    text = json.dumps(result, indent=2)
+    write_atomic(json_path, lambda temporary: temporary.write_text(text))
+    write_atomic(markdown_path, lambda temporary: temporary.write_text(to_markdown(result)))
+    return json_path.with_suffix("")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cdt evaluate", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="cdt evaluate", description=__doc__.splitlines()[0])
     parser.add_argument("model_dir", type=Path, help="exported policy directory (models/NAME)")
     parser.add_argument("--task", help="env id (default: the model card's task)")
     parser.add_argument("--episodes", type=positive_int, default=20, help="episodes per seed")
@@ -283,12 +296,21 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--deterministic", action="store_true", help="use the mean action")
     parser.add_argument("--workers", type=positive_int, default=2, help="worker processes")
     parser.add_argument(
-        "--out", type=Path, help="directory for evaluation_*.json / .md (default reports/NAME)"
+        "--out",
+        type=Path,
+        help="directory for evaluation_*.json / .md (default: reports/NAME for a model in this"
+        " checkout's models/, else the model's own folder)",
     )
     parser.add_argument(
         "--record",
         action="store_true",
         help="also store the result in the model card's `evaluation`",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace earlier results in the output folder; run a model on a --task other than"
+        " its card's",
     )
     return parser
 
@@ -302,16 +324,19 @@ def _record_key(convention: str, target_cost: float, deterministic: bool) -> str
     return f"kappa_{target_cost:g}/{mode}"
 
 
+@exit_on_user_errors("cdt evaluate")
 def main(argv: list[str] | None = None) -> None:
     """Entry point of `cdt evaluate`."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = _parser().parse_args(argv)
-    if not (args.model_dir / "model.json").is_file():
-        raise SystemExit(f"cdt evaluate: {args.model_dir} has no model.json")
+    card = load_policy(args.model_dir).card
+    task = check_task_for(card, args.task, args.force)
+    out = args.out or default_report_dir(args.model_dir)
+    check_report_outputs(report_paths(out, args.convention), args.force)
     options = {
         "episodes": args.episodes,
         "seeds": args.seeds,
-        "task": args.task,
+        "task": task,
         "workers": args.workers,
         "deterministic": args.deterministic,
     }
@@ -327,7 +352,6 @@ def main(argv: list[str] | None = None) -> None:
             **options,
         )
     print(to_markdown(result))
-    out = args.out or Path("reports") / args.model_dir.resolve().name
     stem = write_report(result, out, args.convention)
     print(f"written: {stem}.json, {stem}.md")
     if args.record:

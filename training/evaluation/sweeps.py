@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +22,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from runtime.arguments import budget, finite_float, positive_int
-from runtime.card import CardError, read_card
+from runtime.arguments import CommandParser, budget, finite_float, positive_int
+from runtime.card import read_card
 from runtime.episodes import EpisodeSpec
-from runtime.protocol import report_seeds
+from runtime.evaluation_protocol import report_seeds
+from runtime.files import write_atomic
+from runtime.user_errors import UserError, exit_on_user_errors
 from training.card_update import record_sweep
 from training.evaluation.evaluate import RolloutJob, evaluate_policy_dir, run_parallel
+from training.evaluation.inputs import check_report_outputs, default_report_dir, load_policy
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +79,7 @@ def plot_sweep(rows: list[dict[str, Any]], vary: str, path: Path) -> None:
         right.legend()
     figure.suptitle(f"{rows[0]['model']}: {'zero-shot cost' if vary == 'cost' else 'reward'} sweep")
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    write_atomic(path, lambda temporary: figure.savefig(temporary, dpi=110, format="png"))
     plt.close(figure)
 
 
@@ -156,23 +159,40 @@ def plot_budget_change(study: dict[str, Any], path: Path) -> None:
     axis.legend()
     axis.grid(alpha=0.3)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    write_atomic(path, lambda temporary: figure.savefig(temporary, dpi=110, format="png"))
     plt.close(figure)
 
 
-def _floats(text: str) -> list[float]:
-    return [float(part) for part in text.split(",") if part]
+def _floats(parse: Callable[[str], float]) -> Callable[[str], list[float]]:
+    """An argparse type: comma-separated numbers, each checked by `parse`."""
+
+    def parse_list(text: str) -> list[float]:
+        try:
+            return [parse(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected numbers like 10,20,40, got {text}"
+            ) from None
+
+    return parse_list
 
 
-def main(argv: list[str] | None = None) -> None:
-    """`cdt sweeps MODEL_DIR`: run the sweeps and the budget-change study."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    parser = argparse.ArgumentParser(prog="cdt sweeps", description=__doc__)
+OUTPUT_FILES = ("sweeps.json", "zero_shot_cost.png", "conflicting_reward.png", "budget_change.png")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = CommandParser(prog="cdt sweeps", description=__doc__)
     parser.add_argument("model_dir", type=Path)
-    parser.add_argument("--costs", default="0,5,10,20,30,40,60", help="zero-shot cost targets")
+    parser.add_argument(
+        "--costs",
+        type=_floats(budget),
+        default=[0.0, 5.0, 10.0, 20.0, 30.0, 40.0, 60.0],
+        help="zero-shot cost targets, comma-separated (default: 0,5,10,20,30,40,60)",
+    )
     parser.add_argument(
         "--rewards",
-        default="",
+        type=_floats(finite_float),
+        default=[],
         help="conflicting reward targets (default: 50%%..150%% of the dataset's max return)",
     )
     parser.add_argument(
@@ -182,30 +202,50 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--episodes", type=positive_int, default=10)
     parser.add_argument("--seeds", type=positive_int, default=3)
     parser.add_argument("--workers", type=positive_int, default=2)
-    parser.add_argument("--change-step", type=int, default=60)
-    parser.add_argument("--out", type=Path, help="default: reports/<model folder name>")
+    parser.add_argument("--change-step", type=positive_int, default=60)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="default: reports/NAME for a model in this checkout's models/, else its own folder",
+    )
     parser.add_argument(
         "--record",
         action="store_true",
         help="store the cost curve and validated budget range in the card",
     )
-    args = parser.parse_args(argv)
-    if not (args.model_dir / "model.json").is_file():
-        raise SystemExit(f"cdt sweeps: {args.model_dir} has no model.json")
-    try:
-        card = read_card(args.model_dir).model_dump()
-    except CardError as error:
-        raise SystemExit(f"cdt sweeps: {error}") from None
+    parser.add_argument("--force", action="store_true", help="replace earlier results in --out")
+    return parser
+
+
+def _check(args: argparse.Namespace, card: dict[str, Any]) -> Path:
+    """Before any episode: the values fit the model, the outputs may be written; the folder."""
+    if not args.costs:
+        raise UserError("--costs names no cost target")
+    if args.change_step >= card["max_episode_len"]:
+        raise UserError(
+            f"--change-step {args.change_step} lies past the episode's end"
+            f" ({card['max_episode_len']} steps)"
+        )
+    out: Path = args.out or default_report_dir(args.model_dir)
+    check_report_outputs([out / name for name in OUTPUT_FILES], args.force)
+    return out
+
+
+@exit_on_user_errors("cdt sweeps")
+def main(argv: list[str] | None = None) -> None:
+    """`cdt sweeps MODEL_DIR`: run the sweeps and the budget-change study."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = _parser().parse_args(argv)
+    card = load_policy(args.model_dir).card.model_dump()
+    out = _check(args, card)
     r_max = float((card.get("dataset") or {}).get("reward_return_max", 100.0))
     targets = card.get("default_targets") or [{"reward": r_max}]
-    fixed_reward = args.fixed_reward or float(targets[0]["reward"])
-    rewards = _floats(args.rewards) or [r_max * f for f in (0.5, 0.75, 1.0, 1.25, 1.5)]
-    out = args.out or Path("reports") / args.model_dir.resolve().name
-    out.mkdir(parents=True, exist_ok=True)
+    fixed_reward = args.fixed_reward
+    if fixed_reward is None:
+        fixed_reward = float(targets[0]["reward"])
+    rewards = args.rewards or [r_max * f for f in (0.5, 0.75, 1.0, 1.25, 1.5)]
     common = {"episodes": args.episodes, "seeds": args.seeds, "workers": args.workers}
-    zero_shot = sweep(
-        args.model_dir, vary="cost", values=_floats(args.costs), fixed=fixed_reward, **common
-    )
+    zero_shot = sweep(args.model_dir, vary="cost", values=args.costs, fixed=fixed_reward, **common)
     plot_sweep(zero_shot, "cost", out / "zero_shot_cost.png")
     conflict = sweep(args.model_dir, vary="reward", values=rewards, fixed=args.fixed_cost, **common)
     plot_sweep(conflict, "reward", out / "conflicting_reward.png")
@@ -220,7 +260,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     plot_budget_change(study, out / "budget_change.png")
     result = {"zero_shot": zero_shot, "conflicting": conflict, "budget_change": study}
-    (out / "sweeps.json").write_text(json.dumps(result, indent=2))
+    text = json.dumps(result, indent=2)
+    write_atomic(out / "sweeps.json", lambda temporary: temporary.write_text(text))
     if args.record:
         record_sweep(args.model_dir, zero_shot)
     print(f"written: {out}/sweeps.json and three PNG plots")

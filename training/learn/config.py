@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import tyro
 
-from runtime.protocol import REPORTED_BUDGETS, SelectionRule
+from runtime.evaluation_protocol import REPORTED_BUDGETS, SelectionRule
 
-PresetName = Literal["cpu", "paper"]
+PresetName = Literal["cpu", "paper", "cpu-budget"]
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,8 @@ class TrainConfig:
     dataset: Path = Path("datasets/SafetyCarRun-v0.hdf5")
     """HDF5 dataset (DSRL layout); its `env_id` attribute names the env used for evaluation."""
     preset: PresetName = "cpu"
-    """Named defaults: `cpu` (trains on 2 CPU cores in minutes) or `paper` (the paper's table)."""
+    """Named defaults: `cpu-budget` (the recipe that teaches the cost token on a CPU, for every
+    task), `cpu` (the earlier small recipe) or `paper` (the paper's table)."""
     algo: Literal["cdt", "dt-cost", "dt"] = "cdt"
     """`cdt`; `dt-cost`: plain DT with a cost token (MSE head, no augmentation, no extras); `dt`:
     unconstrained DT, i.e. DT-Cost with its cost-to-go input held at zero, so the policy cannot
@@ -69,12 +71,19 @@ class TrainConfig:
     """Weight of the auxiliary per-step cost classifier (OSRL uses 0.02); 0 removes the head."""
     cost_transform: bool = False
     """Feed (cost_constant * cost_scale - CTG) instead of CTG (OSRL's `cost_transform`)."""
+    return_basis: int = 0
+    """Triangular basis functions added to each return token's linear embedding (0: linear
+    only, as DT and OSRL). A layer-normalised linear embedding of a scalar keeps little more than
+    its sign; the basis keeps its magnitude (docs/decisions/return-tokens.md)."""
 
     # data
     reward_scale: float = 0.1
     """Multiplier applied to reward returns-to-go before they enter the model (OSRL)."""
     cost_scale: float = 1.0
     """Multiplier applied to cost returns-to-go before they enter the model (OSRL)."""
+    scale_tokens_by_data: bool = False
+    """Instead of reward_scale / cost_scale, divide reward-to-go by the data's largest |reward
+    return| and cost-to-go by the served cost cap, so both tokens lie near [0, 1] on every task."""
     cost_weighted_sampling: bool = True
     """Sample episodes with weight max(sampling_cost_ceiling - cost return, 0): a linear tilt
     towards safe data (OSRL's `cost_sample`, whose constant zeroes costlier episodes)."""
@@ -83,6 +92,10 @@ class TrainConfig:
     of the cost range, so every episode and relabelled copy is drawn. A constant below the data's
     costs (OSRL: 70) never trains the cost-to-go values above it: with 50, 63 % of CarRun's
     episodes and 72 % of its relabelled copies had zero weight and budgets over 50 went unseen."""
+    sampling_min_weight: float = 0.0
+    """Floor of an episode's sampling weight, as a share of the largest weight: > 0 keeps every
+    episode (and relabelled copy) in the draw however costly, with a sampling ceiling below the
+    data's costs."""
     cost_constant: float = 50.0
     """The constant of cost_transform, in raw cost units (OSRL: 50)."""
 
@@ -93,6 +106,10 @@ class TrainConfig:
     """Relabelled trajectories to add, as a fraction of the dataset's episodes (OSRL: 0.2)."""
     augment_min_gap: float = 1.0
     """Sampled target rewards lie at least this far above the reward frontier (raw units)."""
+    augment_cost_cap_factor: float | None = None
+    """Relabelled target costs are drawn up to this multiple of the largest eval budget (1.5:
+    up to 60 for budgets 10-40), where budgets are served; None: the data's whole cost range
+    (Algorithm 1 as printed), which on CarCircle put 4 in 5 copies above any served budget."""
     augment_max_reward: float | None = None
     """Highest target reward; None uses the dataset's best reward return plus 10% of its range."""
     association: Literal["best", "sampled"] = "sampled"
@@ -120,7 +137,14 @@ class TrainConfig:
     betas: tuple[float, float] = (0.9, 0.999)
     """AdamW betas."""
     warmup_steps: int = 500
-    """Linear learning-rate warm-up steps, then constant."""
+    """Linear learning-rate warm-up steps, then the schedule."""
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    """After warm-up: constant, or a cosine decay to min_lr_fraction x learning_rate at the end."""
+    min_lr_fraction: float = 0.1
+    """Where the cosine schedule ends, as a fraction of learning_rate."""
+    weight_averaging: float = 0.0
+    """Decay of an exponential moving average of the weights that checkpoints, evaluation and
+    export use (0: the raw weights). 0.999 averages over about the last thousand steps."""
     clip_grad: float = 0.25
     """Gradient-norm clip."""
 
@@ -129,8 +153,7 @@ class TrainConfig:
     """Evaluate in the simulator every this many steps (and at the end); 0 disables."""
     eval_episodes: int = 20
     """Episodes per budget and action mode that best.pt is chosen on, on selection seeds that
-    the reported evaluation never uses (runtime.protocol). With 3 episodes a CarRun checkpoint
-    looked safe (cost 0.3) that measured unsafe over 60 (cost 12.1 at kappa 10)."""
+    the reported evaluation never uses (runtime.evaluation_protocol)."""
     eval_budgets: tuple[float, ...] = REPORTED_BUDGETS
     """Cost budgets of selection, each with the data's default target reward (PF + 10 % of the
     reward range), as the model card will list them and the reported evaluation uses them."""
@@ -143,6 +166,13 @@ class TrainConfig:
     """best.pt may let at most this share of episodes exceed their budget."""
     selection_min_budget_use: float = SelectionRule.min_budget_use
     """best.pt's mean cost must reach this share of every budget above the tightest."""
+    fail_fast_step: int = 0
+    """At this step (0: never) probe whether actions respond to the return tokens and whether
+    the cost of a few mean-action episodes follows the budget; stop the run with a message if not
+    (`training/learn/probe.py`)."""
+    fail_fast_min_effect: float = 0.05
+    """The probe's least mean |action change| (normalised actions) when the cost-to-go of every
+    position in a recorded window is raised by the largest eval budget."""
     log_every: int = 50
     """Write training scalars every this many steps."""
     checkpoint_every: int = 1_000
@@ -187,6 +217,14 @@ class TrainConfig:
             raise ValueError("eval budgets must be > 0 (normalised cost divides by them)")
         if self.log_std_min >= self.log_std_max:
             raise ValueError("log_std_min must be below log_std_max")
+        if self.return_basis < 0 or self.return_basis == 1:
+            raise ValueError("return_basis must be 0 or at least 2")
+        if not 0.0 <= self.sampling_min_weight <= 1.0:
+            raise ValueError("sampling_min_weight must lie in [0, 1]")
+        if not 0.0 <= self.weight_averaging < 1.0:
+            raise ValueError("weight_averaging must lie in [0, 1)")
+        if self.augment_cost_cap_factor is not None and self.augment_cost_cap_factor <= 0:
+            raise ValueError("augment_cost_cap_factor must be > 0")
 
     @property
     def is_dt_cost(self) -> bool:
@@ -228,6 +266,30 @@ class TrainConfig:
         if not self.stochastic or self.eval_action_modes == "mean":
             return (True,)
         return {"both": (False, True), "sampled": (False,)}[self.eval_action_modes]
+
+    @property
+    def served_cost_cap(self) -> float:
+        """The largest cost a relabelled target may ask for: the factor x the largest budget."""
+        return (self.augment_cost_cap_factor or 1.5) * max(self.eval_budgets)
+
+    def token_scales(self, reward_returns: np.ndarray) -> tuple[float, float]:
+        """(reward_scale, cost_scale) the model's inputs are multiplied by."""
+        if not self.scale_tokens_by_data:
+            return self.reward_scale, self.cost_scale
+        largest = float(np.abs(reward_returns).max()) or 1.0
+        return 1.0 / largest, 1.0 / self.served_cost_cap
+
+    def token_ranges(
+        self, reward_returns: np.ndarray, reward_scale: float, cost_scale: float
+    ) -> tuple[tuple[float, float], tuple[float, float]]:
+        """Ranges of the fed reward and cost tokens that the return basis covers: rewards from
+        min(0, worst) to 1.2 x the best return, costs from 0 to the served cost cap."""
+        low = min(0.0, float(reward_returns.min())) * reward_scale
+        high = 1.2 * float(reward_returns.max()) * reward_scale
+        cost_high = self.served_cost_cap * cost_scale
+        offset = self.cost_to_go_offset
+        cost_range = (0.0, cost_high) if offset is None else (offset - cost_high, offset)
+        return (low, max(high, low + 1e-3)), cost_range
 
     def target_entropy(self, action_dim: int) -> float:
         """SAC/OSRL target entropy -|A|."""
@@ -271,6 +333,27 @@ PRESETS: dict[str, TrainConfig] = {
         eval_every=2_500,
         checkpoint_every=2_500,
         num_threads=None,
+    ),
+    # The recipe for every task on a 2-core CPU (docs/training.md, "the cpu-budget recipe"):
+    # return tokens that keep their magnitude, relabelled targets where budgets are served, a
+    # safe-leaning draw that zeroes nothing, a decaying learning rate, averaged weights, and a
+    # probe that stops a run whose actions ignore the budget.
+    "cpu-budget": TrainConfig(
+        preset="cpu-budget",
+        return_basis=16,
+        scale_tokens_by_data=True,
+        augment_fraction=1.0,
+        augment_cost_cap_factor=1.5,
+        sampling_cost_ceiling=70.0,
+        sampling_min_weight=0.1,
+        association_max_reward_drop=0.1,
+        update_steps=8_000,
+        learning_rate=3e-4,
+        lr_schedule="cosine",
+        weight_averaging=0.999,
+        fail_fast_step=2_000,
+        eval_every=2_000,
+        checkpoint_every=2_000,
     ),
 }
 

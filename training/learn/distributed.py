@@ -41,6 +41,18 @@ def init_distributed(device: str) -> DistributedContext:
     )
 
 
+def process_device(device: str, context: DistributedContext) -> torch.device:
+    """This process' device: under torchrun on CUDA, the GPU of its local rank."""
+    if device.startswith("cuda") and context.enabled:
+        return torch.device("cuda", context.local_rank)
+    return torch.device(device)
+
+
+def ddp_device_ids(device: torch.device) -> list[int] | None:
+    """DistributedDataParallel's `device_ids`: the one GPU, or None on the CPU."""
+    return [device.index or 0] if device.type == "cuda" else None
+
+
 def shutdown_distributed(context: DistributedContext) -> None:
     """Leave the group together: rank 0 hosts the rendezvous store, so a rank that tears down
     while another is still in its last collective makes gloo abort the straggler."""

@@ -23,7 +23,7 @@ class ScalarLog:
         self.columns: dict[str, list[str]] = {}
         self.writer: Any = None
         if tensorboard:
-            try:
+            try:  # deferred on purpose: only --tensorboard runs need it
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:  # tensorboard is an optional part of the [train] extra
                 logger.warning("tensorboard is not installed; writing CSV only")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -49,6 +49,11 @@ class ModelConfig:
     fused_attention: bool = True
     skip_unread_outputs: bool = True  # last block computes only the tokens that are read (exact)
     fast_dropout: bool = True  # dropout masks from 16-bit random numbers (see `dropout`)
+    # Return tokens: 0 keeps the plain Linear(1, emb) embedding; n > 0 adds n triangular basis
+    # functions over the given ranges of the fed (scaled) values (see `ScalarEmbedding`).
+    return_basis: int = 0
+    reward_token_range: tuple[float, float] = (0.0, 1.0)
+    cost_token_range: tuple[float, float] = (0.0, 1.0)
 
 
 class PolicyOutput(NamedTuple):
@@ -222,6 +227,48 @@ def _reader(newest_only: bool, with_cost: bool) -> TokenSelector:
     return select_token_types((STATE_TOKEN, ACTION_TOKEN) if with_cost else (STATE_TOKEN,))
 
 
+class ScalarEmbedding(nn.Module):
+    """A return token's embedding: Linear(1, emb), plus a piecewise-linear code when basis > 0.
+
+    Why: the embeddings are layer-normalised (as in DT and OSRL), and LayerNorm(x * w + b + t) is
+    nearly scale-invariant once |x * w| outgrows the bias and timestep terms, so a plain linear
+    embedding of a large return-to-go tells the model little more than its sign. Triangular basis
+    functions phi_k(x) = relu(1 - |x - c_k| / h) over the range where budgets are served give
+    every value its own direction, which LayerNorm keeps (docs/decisions/return-tokens.md).
+    """
+
+    centers: torch.Tensor  # [basis]
+
+    def __init__(self, embedding_dim: int, basis: int, value_range: tuple[float, float]) -> None:
+        super().__init__()
+        self.linear = nn.Linear(1, embedding_dim)
+        self.basis = nn.Linear(basis, embedding_dim, bias=False) if basis > 0 else None
+        low, high = value_range
+        if basis > 0 and not high > low:
+            raise ValueError(f"return token range must be increasing, got {value_range}")
+        centers = torch.linspace(low, high, max(basis, 2))[: max(basis, 1)]
+        self.register_buffer("centers", centers, persistent=False)
+        self.width = (high - low) / max(basis - 1, 1)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        # Checkpoints written before this class held a bare Linear here: same tensors, old names.
+        for name in ("weight", "bias"):
+            if prefix + name in state_dict:
+                state_dict[f"{prefix}linear.{name}"] = state_dict.pop(prefix + name)
+        super()._load_from_state_dict(state_dict, prefix, *args)
+
+    def forward(self, values: torch.Tensor) -> torch.Tensor:
+        """values: [batch, seq_len] -> [batch, seq_len, emb]."""
+        embedded: torch.Tensor = self.linear(values.unsqueeze(-1))
+        if self.basis is None:
+            return embedded
+        low, high = float(self.centers[0]), float(self.centers[-1])
+        clamped = values.clamp(low, high).unsqueeze(-1)  # [batch, seq_len, 1]
+        code = F.relu(1.0 - (clamped - self.centers).abs() / self.width)  # [b, seq_len, basis]
+        coded: torch.Tensor = self.basis(code)
+        return embedded + coded
+
+
 class GaussianHead(nn.Module):
     """Diagonal Gaussian with a tanh-bounded mean and a state-dependent, bounded log-std.
 
@@ -268,8 +315,8 @@ class ConstrainedDecisionTransformer(nn.Module):
         self.config = config
         dim = config.embedding_dim
         self.timestep_embedding = nn.Embedding(config.max_episode_len, dim)
-        self.return_embedding = nn.Linear(1, dim)
-        self.cost_embedding = nn.Linear(1, dim)
+        self.return_embedding = ScalarEmbedding(dim, config.return_basis, config.reward_token_range)
+        self.cost_embedding = ScalarEmbedding(dim, config.return_basis, config.cost_token_range)
         self.state_embedding = nn.Linear(config.state_dim, dim)
         self.action_embedding = nn.Linear(config.action_dim, dim)
         self.embedding_norm = nn.LayerNorm(dim)
@@ -367,8 +414,8 @@ class ConstrainedDecisionTransformer(nn.Module):
             costs_to_go = self.config.cost_to_go_offset - costs_to_go
         time = self.timestep_embedding(time_steps)
         tokens = [
-            self.return_embedding(returns_to_go.unsqueeze(-1)) + time,
-            self.cost_embedding(costs_to_go.unsqueeze(-1)) + time,
+            self.return_embedding(returns_to_go) + time,
+            self.cost_embedding(costs_to_go) + time,
             self.state_embedding(states) + time,
             self.action_embedding(actions) + time,
         ]

@@ -48,6 +48,7 @@ def relabel_episodes(config: TrainConfig, episodes: Sequence[Episode]) -> list[R
         rng=np.random.default_rng(config.seed),
         min_gap=config.augment_min_gap,
         max_reward=config.augment_max_reward,
+        max_cost=None if config.augment_cost_cap_factor is None else config.served_cost_cap,
         association=config.association,
         beta=config.association_beta,
         max_reward_drop=config.association_max_reward_drop * float(np.ptp(rewards)),

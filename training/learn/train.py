@@ -1,26 +1,28 @@
-"""`cdt train`: train CDT (or DT-Cost) on an offline dataset and write checkpoints.
+"""The training loop of `cdt train`: CDT (or DT-Cost) on an offline dataset, with checkpoints.
 
-`train(config) -> Path` is composed of `make_dataloader`, `train_step`, `evaluate` and
-`save_checkpoint`. Runs alone or under `torchrun` (DistributedDataParallel: rank 0 logs,
+`train(config) -> Path` is composed of `make_dataloader`, `train_step`, the checkpoint evaluation
+and `save_checkpoint`. Runs alone or under `torchrun` (DistributedDataParallel: rank 0 logs,
 evaluates and writes checkpoints; every rank samples its own batches).
+
+The loop imports no evaluation code: whoever wants checkpoints scored in the simulator (and a
+best.pt) passes `evaluate_checkpoint`, as `cdt train` (`training/train_cli.py`) does with
+`training.evaluation.checkpoint_scores.score_in_training`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import math
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm.auto import tqdm
 
-from runtime.protocol import BudgetRow, SelectionRule, action_mode, describe
 from training.data.dataset import OfflineDataset, load_dataset
 from training.data.windows import (
     Batch,
@@ -33,50 +35,32 @@ from training.data.windows import (
     describe_coverage,
     window_coverage,
 )
-from training.evaluation.selection import (
-    evaluate_selection,
-    selection_record,
-    verdict,
-)
-from training.learn.checkpoint import load_checkpoint, write_checkpoint
 from training.learn.config import TrainConfig
 from training.learn.distributed import (
-    DistributedContext,
     average_gradients,
-    gather_states,
+    ddp_device_ids,
     init_distributed,
+    process_device,
     shutdown_distributed,
 )
 from training.learn.interrupt import StopRequest, TrainingInterrupted
 from training.learn.losses import LossTerms, policy_loss
 from training.learn.metrics import ScalarLog
-from training.learn.model import ConstrainedDecisionTransformer, EntropyTemperature, ModelConfig
+from training.learn.model import ConstrainedDecisionTransformer, ModelConfig
+from training.learn.optimisers import make_optimisers
+from training.learn.probe import BudgetIgnored, TokenSensitivity, probe_rows, token_sensitivity
 from training.learn.relabelling import relabel_episodes
+from training.learn.state import (
+    EvaluateCheckpoint,
+    TrainState,
+    resolve_config,
+    restore_checkpoint,
+    save_checkpoint,
+)
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass
-class TrainState:
-    """Everything a running training job holds (mutable; not a config)."""
-
-    config: TrainConfig
-    context: DistributedContext
-    run_dir: Path
-    device: torch.device
-    dataset_info: dict[str, Any]
-    stats: NormalisationStats
-    sampler: WindowSampler
-    model: ConstrainedDecisionTransformer
-    trainable: torch.nn.Module  # the model, or its DistributedDataParallel wrapper
-    optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LambdaLR
-    temperature: EntropyTemperature | None
-    temperature_optimizer: torch.optim.Optimizer | None
-    log: ScalarLog | None
-    step: int = 0
-    best_score: float = -math.inf
-    evaluation: dict[str, Any] | None = None  # the latest in-env evaluation (for the model card)
+PROBE_WINDOWS = 256  # recorded windows the token probe averages over
 
 
 def make_dataloader(
@@ -88,7 +72,9 @@ def make_dataloader(
     buffer = build_buffer(episodes, stats, config.seq_len, relabels)
     weights = None
     if config.uses_cost_sampling:
-        weights = cost_sampling_weights(buffer.cost_returns, config.sampling_cost_ceiling)
+        weights = cost_sampling_weights(
+            buffer.cost_returns, config.sampling_cost_ceiling, config.sampling_min_weight
+        )
     logger.info("%d episodes + %d relabelled copies", len(episodes), len(relabels))
     if rank == 0:
         coverage = window_coverage(buffer, weights, len(episodes), stats.cost_scale)
@@ -97,10 +83,17 @@ def make_dataloader(
 
 
 def build_model(
-    config: TrainConfig, stats: NormalisationStats, dims: tuple[int, int]
+    config: TrainConfig,
+    stats: NormalisationStats,
+    dims: tuple[int, int],
+    reward_returns: np.ndarray,
 ) -> ConstrainedDecisionTransformer:
-    """The network for `config`, on the CPU, seeded by `config.seed`."""
+    """The network for `config`, on the CPU, seeded by `config.seed`; `reward_returns` (one per
+    episode) place the return tokens' basis."""
     torch.manual_seed(config.seed)
+    reward_range, cost_range = config.token_ranges(
+        reward_returns, stats.reward_scale, stats.cost_scale
+    )
     model_config = ModelConfig(
         state_dim=dims[0],
         action_dim=dims[1],
@@ -119,6 +112,9 @@ def build_model(
         fused_attention=config.fused_attention,
         skip_unread_outputs=config.skip_unread_outputs,
         fast_dropout=config.fast_dropout,
+        return_basis=config.return_basis,
+        reward_token_range=reward_range,
+        cost_token_range=cost_range,
     )
     return ConstrainedDecisionTransformer(model_config)
 
@@ -156,6 +152,8 @@ def train_step(state: TrainState, batch: Batch) -> LossTerms:
     torch.nn.utils.clip_grad_norm_(state.trainable.parameters(), config.clip_grad)
     state.optimizer.step()
     state.scheduler.step()
+    if state.averaged is not None:
+        state.averaged.update_parameters(state.model)
     if state.temperature is not None and state.temperature_optimizer is not None:
         state.temperature_optimizer.zero_grad(set_to_none=True)
         torch.autograd.backward(state.temperature.loss(terms.entropy))
@@ -164,103 +162,11 @@ def train_step(state: TrainState, batch: Batch) -> LossTerms:
     return terms
 
 
-def evaluate(state: TrainState) -> list[BudgetRow]:
-    """The reported protocol on selection seeds: every budget, both action modes."""
-    return evaluate_selection(state.model, state.stats, state.config, state.dataset_info)
-
-
-def save_checkpoint(state: TrainState, name: str) -> Path | None:
-    """Write `<run_dir>/<name>.pt` and `<name>.json` (rank 0 only; all ranks must call it)."""
-    sampler_states = gather_states(state.context, state.sampler.generator.get_state())
-    rng_states = gather_states(state.context, torch.get_rng_state())
-    cuda_rng_states = None
-    if state.device.type == "cuda":  # dropout on the GPU draws from the CUDA generator
-        cuda_rng_states = gather_states(state.context, torch.cuda.get_rng_state(state.device))
-    if not state.context.is_main:
-        return None
-    payload: dict[str, Any] = {
-        "step": state.step,
-        "best_score": state.best_score,
-        "evaluation": state.evaluation,
-        "model": state.model.state_dict(),
-        "model_config": dataclasses.asdict(state.model.config),
-        "stats": state.stats.to_dict(),
-        "config": state.config.to_json_dict(),
-        "dataset": state.dataset_info,
-        "optimizer": state.optimizer.state_dict(),
-        "scheduler": state.scheduler.state_dict(),
-        "sampler_states": sampler_states,
-        "rng_states": rng_states,
-        "cuda_rng_states": cuda_rng_states,
-    }
-    if state.temperature is not None and state.temperature_optimizer is not None:
-        payload["temperature"] = state.temperature.state_dict()
-        payload["temperature_optimizer"] = state.temperature_optimizer.state_dict()
-    return write_checkpoint(state.run_dir / f"{name}.pt", payload)
-
-
-def _resolve_config(config: TrainConfig) -> tuple[TrainConfig, dict[str, Any] | None]:
-    """A resumed run takes its stored config, except update_steps and resume."""
-    if config.resume is None:
-        return config, None
-    checkpoint = load_checkpoint(config.resume)
-    stored = TrainConfig.from_json_dict(checkpoint["config"])
-    resolved = dataclasses.replace(stored, update_steps=config.update_steps, resume=config.resume)
-    return resolved, checkpoint
-
-
 def _run_dir(config: TrainConfig, task: str) -> Path:
     if config.resume is not None:
         return config.resume.parent
     name = config.run_name or f"{config.algo}-{task}-seed{config.seed}"
     return config.out_dir / name
-
-
-def _device(config: TrainConfig, context: DistributedContext) -> torch.device:
-    if config.device.startswith("cuda") and context.enabled:
-        return torch.device("cuda", context.local_rank)
-    return torch.device(config.device)
-
-
-def _optimisers(
-    config: TrainConfig, model: torch.nn.Module, action_dim: int, device: torch.device
-) -> tuple[Any, ...]:
-    optimizer = torch.optim.AdamW(
-        model.parameters(),
-        lr=config.learning_rate,
-        betas=config.betas,
-        weight_decay=config.weight_decay,
-        fused=device.type == "cuda",  # one kernel for all parameters instead of one per tensor
-    )
-    warmup = max(config.warmup_steps, 1)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min((step + 1) / warmup, 1.0)
-    )
-    if not (config.stochastic and config.entropy and config.learn_temperature):
-        return optimizer, scheduler, None, None
-    temperature = EntropyTemperature(config.entropy_weight, config.target_entropy(action_dim))
-    temperature = temperature.to(device)
-    # OSRL: a separate Adam, lr 1e-4, for the log-temperature.
-    temperature_optimizer = torch.optim.Adam(temperature.parameters(), lr=1e-4)
-    return optimizer, scheduler, temperature, temperature_optimizer
-
-
-def _restore(state: TrainState, checkpoint: dict[str, Any]) -> None:
-    """Load every piece of training state so the run continues bit-for-bit."""
-    state.model.load_state_dict(checkpoint["model"])
-    state.optimizer.load_state_dict(checkpoint["optimizer"])
-    state.scheduler.load_state_dict(checkpoint["scheduler"])
-    if state.temperature is not None and state.temperature_optimizer is not None:
-        state.temperature.load_state_dict(checkpoint["temperature"])
-        state.temperature_optimizer.load_state_dict(checkpoint["temperature_optimizer"])
-    rank = state.context.rank
-    state.sampler.generator.set_state(checkpoint["sampler_states"][rank])
-    torch.set_rng_state(checkpoint["rng_states"][rank])
-    if state.device.type == "cuda" and checkpoint.get("cuda_rng_states"):
-        torch.cuda.set_rng_state(checkpoint["cuda_rng_states"][rank], state.device)
-    state.step = int(checkpoint["step"])
-    state.best_score = float(checkpoint["best_score"])
-    state.evaluation = checkpoint.get("evaluation")
 
 
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # Intel AMX tiles; AVX-512 BF16 (AMD Zen 4+)
@@ -277,19 +183,20 @@ def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
 
 def prepare_training(config: TrainConfig) -> TrainState:
     """Load data, build model and optimisers, and restore a checkpoint when resuming."""
-    config, checkpoint = _resolve_config(config)
+    config, checkpoint = resolve_config(config)
     context = init_distributed(config.device)
     if config.num_threads is not None and not config.device.startswith("cuda"):
         torch.set_num_threads(max(1, config.num_threads // context.world_size))
     dataset = load_dataset(config.dataset)
     dataset_info = dataset_summary(config.dataset, dataset, config.eval_budgets)
-    stats = compute_stats(dataset.episodes, dataset.attrs, config.reward_scale, config.cost_scale)
+    reward_scale, cost_scale = config.token_scales(dataset.reward_returns)
+    stats = compute_stats(dataset.episodes, dataset.attrs, reward_scale, cost_scale)
     dims = (dataset.observation_dim, dataset.action_dim)
-    device = _device(config, context)
+    device = process_device(config.device, context)
     if config.bf16 and device.type == "cpu" and not cpu_has_native_bf16():
         logger.warning("--bf16 on a CPU without bf16 instructions: expect much slower training")
-    model = build_model(config, stats, dims).to(device)
-    optimisers = _optimisers(config, model, dims[1], device)
+    model = build_model(config, stats, dims, dataset.reward_returns).to(device)
+    optimisers = make_optimisers(config, model, dims[1], device)
     optimizer, scheduler, temperature, temperature_optimizer = optimisers
     sampler = make_dataloader(config, dataset, stats, context.rank)
     if device.type == "cuda":  # gather windows on the GPU: no per-step host work or copy
@@ -307,22 +214,24 @@ def prepare_training(config: TrainConfig) -> TrainState:
     if config.compile:
         trainable = torch.compile(model)  # type: ignore[assignment]
     if context.enabled:
-        trainable = DistributedDataParallel(trainable, device_ids=_ddp_devices(device))
+        trainable = DistributedDataParallel(trainable, device_ids=ddp_device_ids(device))
     state = TrainState(
         config, context, run_dir, device, dataset_info, stats, sampler, model, trainable,
         optimizer, scheduler, temperature, temperature_optimizer, log=None,
     )  # fmt: skip
+    if config.weight_averaging > 0:
+        averaging = get_ema_multi_avg_fn(config.weight_averaging)  # type: ignore[no-untyped-call]
+        state.averaged = AveragedModel(model, multi_avg_fn=averaging, use_buffers=True)
+    buffer, recorded = sampler.buffer, len(dataset.episodes)
+    rows = probe_rows(buffer, recorded, config.seq_len, PROBE_WINDOWS, config.seed)
+    state.probe_batch = sampler.gather(rows)
     if checkpoint is not None:
-        _restore(state, checkpoint)
+        restore_checkpoint(state, checkpoint)
     if context.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         resume_step = state.step if checkpoint is not None else None
         state.log = ScalarLog(run_dir, config.tensorboard, resume_step=resume_step)
     return state
-
-
-def _ddp_devices(device: torch.device) -> list[int] | None:
-    return [device.index or 0] if device.type == "cuda" else None
 
 
 def _is_due(step: int, every: int, last: int) -> bool:
@@ -350,30 +259,18 @@ def _log_training(state: TrainState, terms: LossTerms, speed: float, bar: Any) -
     )
 
 
-def _evaluate_and_keep_best(state: TrainState) -> None:
+def _evaluate_and_keep_best(state: TrainState, evaluate_checkpoint: EvaluateCheckpoint) -> None:
     """Evaluate (rank 0), log, and write best.pt when the score improves (all ranks call it)."""
     improved = False
     if state.context.is_main:
-        config = state.config
-        rule = SelectionRule(
-            config.selection_cost_margin,
-            config.selection_max_share_over,
-            config.selection_min_budget_use,
-        )
-        rows = evaluate(state)
-        state.evaluation = selection_record(state.step, rows, rule)
-        score = state.evaluation["score"]
+        scored = evaluate_checkpoint(state)
+        state.last_rows = scored.rows
+        state.evaluation = scored.record
         if state.log is not None:
-            state.log.write("eval", state.step, _eval_scalars(rows, score))
-        logger.info(
-            "step %d selection (score %.2f, %s): %s",
-            state.step,
-            score,
-            verdict(state.evaluation),
-            describe(rows),
-        )
-        improved = score > state.best_score
-        state.best_score = max(score, state.best_score)
+            state.log.write("eval", state.step, scored.scalars)
+        logger.info("step %d selection %s", state.step, scored.summary)
+        improved = scored.score > state.best_score
+        state.best_score = max(scored.score, state.best_score)
     if state.context.enabled:
         flag = [improved]
         torch.distributed.broadcast_object_list(flag, src=0)
@@ -382,24 +279,68 @@ def _evaluate_and_keep_best(state: TrainState) -> None:
         save_checkpoint(state, "best")
 
 
-def _eval_scalars(rows: list[BudgetRow], score: float) -> dict[str, float]:
-    scalars = {"score": score}
-    for row in rows:
-        tag = f"kappa{row.target_cost:g}_{action_mode(row.deterministic)}"
-        scalars[f"{tag}/normalised_reward"] = row.normalised_reward
-        scalars[f"{tag}/normalised_cost"] = row.normalised_cost
-        scalars[f"{tag}/share_over_budget"] = row.share_over_budget
-    return scalars
+def probe_tokens(state: TrainState) -> TokenSensitivity | None:
+    """The token probe on the evaluated weights: cost-to-go raised by the largest budget,
+    reward-to-go lowered by a fifth of the best |reward return|; logged as `probe/*`."""
+    if state.probe_batch is None or not state.context.is_main:
+        return None
+    config, stats = state.config, state.stats
+    best = max(
+        abs(state.dataset_info["reward_return_max"]), abs(state.dataset_info["reward_return_min"])
+    )
+    probe = token_sensitivity(
+        state.network(),
+        state.probe_batch.to(state.device),
+        cost_shift=max(config.eval_budgets) * stats.cost_scale,
+        reward_shift=-0.2 * best * stats.reward_scale,
+    )
+    if state.log is not None:
+        state.log.write("probe", state.step, probe._asdict())
+    logger.info("step %d %s", state.step, probe.describe())
+    return probe
 
 
-def run_training(state: TrainState) -> Path:
+def fail_fast(state: TrainState) -> None:
+    """Stop a run whose actions ignore the budget (config.fail_fast_step), with the reason.
+
+    Two checks: the token probe, and where selection ran at this step, whether the mean action's
+    cost at the tightest budget follows it (a run over twice that budget that spends no less than
+    at the loosest one is not reading the cost token).
+    """
+    probe = probe_tokens(state)
+    config = state.config
+    reasons = []
+    if probe is not None and probe.cost_effect < config.fail_fast_min_effect:
+        reasons.append(
+            f"raising the cost-to-go by {max(config.eval_budgets):g} moves the mean action by "
+            f"{probe.cost_effect:.3f} < {config.fail_fast_min_effect:g}"
+        )
+    rows = [row for row in state.last_rows if row.deterministic]
+    if rows:
+        tight = min(rows, key=lambda row: row.target_cost)
+        loose = max(rows, key=lambda row: row.target_cost)
+        if tight.cost_mean > 2 * tight.target_cost and tight.cost_mean >= loose.cost_mean:
+            reasons.append(
+                f"mean-action cost {tight.cost_mean:.1f} at budget {tight.target_cost:g} "
+                f"(and {loose.cost_mean:.1f} at {loose.target_cost:g})"
+            )
+    if reasons:
+        raise BudgetIgnored(state.step, "; ".join(reasons))
+
+
+def run_training(state: TrainState, evaluate_checkpoint: EvaluateCheckpoint | None = None) -> Path:
     """The loop: sample, step, log, evaluate, checkpoint. Returns the path of `last.pt`.
 
-    Ctrl-C or SIGTERM stops it after the current step: `last.pt` is written, then
-    TrainingInterrupted raised. Under torchrun every rank would have to stop at the same step, so
-    there signals act at once.
+    Every `eval_every` steps `evaluate_checkpoint` scores the weights (none given: no evaluation
+    and no best.pt). Ctrl-C or SIGTERM stops the loop after the current step: `last.pt` is
+    written, then TrainingInterrupted raised. Under torchrun every rank would have to stop at the
+    same step, so there signals act at once.
     """
     config, last = state.config, state.config.update_steps
+    if config.eval_every > 0 and evaluate_checkpoint is None and state.context.is_main:
+        logger.warning(
+            "eval_every=%d, but no checkpoint evaluation given: no best.pt", config.eval_every
+        )
     bar = tqdm(total=last, initial=state.step, desc="train", disable=not state.context.is_main)
     window_start, window_steps = time.perf_counter(), 0
     saved_at = None
@@ -415,7 +356,12 @@ def run_training(state: TrainState) -> Path:
                 _log_training(state, terms, speed, bar)
                 window_start, window_steps = time.perf_counter(), 0
             if config.eval_every > 0 and _is_due(state.step, config.eval_every, last):
-                _evaluate_and_keep_best(state)
+                if evaluate_checkpoint is not None:
+                    _evaluate_and_keep_best(state, evaluate_checkpoint)
+                if state.step != config.fail_fast_step:
+                    probe_tokens(state)
+            if state.step == config.fail_fast_step and state.context.is_main:
+                fail_fast(state)
             if _is_due(state.step, config.checkpoint_every, last):
                 save_checkpoint(state, "last")
                 if config.keep_checkpoints:
@@ -429,11 +375,15 @@ def run_training(state: TrainState) -> Path:
     return state.run_dir / "last.pt"
 
 
-def train(config: TrainConfig) -> Path:
-    """Train a policy as `config` says; returns the path of the final checkpoint (`last.pt`)."""
+def train(config: TrainConfig, evaluate_checkpoint: EvaluateCheckpoint | None = None) -> Path:
+    """Train a policy as `config` says; returns the path of the final checkpoint (`last.pt`).
+
+    `evaluate_checkpoint` scores the weights every `config.eval_every` steps and decides best.pt
+    (`cdt train` passes `training.evaluation.checkpoint_scores.score_in_training`).
+    """
     state = prepare_training(config)
     try:
-        path = run_training(state)
+        path = run_training(state, evaluate_checkpoint)
     finally:
         if state.log is not None:
             state.log.close()

@@ -11,10 +11,12 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from runtime.context import WINDOW_NAMES
+from runtime.policy import OUTPUT_NAMES
 from tests.training.baselines.synthetic import ACTION_HIGH, ACTION_LOW, COST_LIMIT
 from training.baselines import ALGORITHMS, DETERMINISTIC_ALGORITHMS
 from training.baselines.config import BaselineConfig
-from training.baselines.export import INPUT_NAMES, OUTPUT_NAMES, OnnxBaselinePolicy, export_baseline
+from training.baselines.export import OnnxBaselinePolicy, export_baseline
 from training.baselines.registry import train_baseline
 from training.baselines.trainer import TrainedBaseline
 from training.data.dataset import OfflineDataset
@@ -48,7 +50,7 @@ def _feed(batch_size: int, seed: int) -> dict[str, np.ndarray]:
 def _torch_outputs(trained: TrainedBaseline, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
     policy = OnnxBaselinePolicy(trained.learner.policy_head(), trained.normaliser).eval()
     with torch.no_grad():
-        outputs = policy(*(torch.as_tensor(feed[name]) for name in INPUT_NAMES))
+        outputs = policy(*(torch.as_tensor(feed[name]) for name in WINDOW_NAMES))
     return [output.numpy() for output in outputs]
 
 
@@ -61,7 +63,7 @@ def test_export_onnx_matches_torch_inside_bounds(
     out_dir = export_baseline(trained, tiny_dataset, config.output_dir("TinyTask-v0"))
     model = onnx.load(str(out_dir / "model.onnx"))
     onnx.checker.check_model(model, full_check=True)
-    assert [value.name for value in model.graph.input] == list(INPUT_NAMES)
+    assert [value.name for value in model.graph.input] == list(WINDOW_NAMES)
     assert model.opset_import[0].version == 17
     session = ort.InferenceSession(str(out_dir / "model.onnx"), providers=["CPUExecutionProvider"])
     assert [output.name for output in session.get_outputs()] == list(OUTPUT_NAMES)

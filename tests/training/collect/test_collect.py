@@ -8,7 +8,8 @@ import torch
 import tyro
 
 from training.collect.cli import CollectConfig, cost_threshold, learn, load_raw_episodes
-from training.collect.ppo_lagrangian import PidLagrangian, RunningNormaliser, generalised_advantages
+from training.collect.ppo_lagrangian import RunningNormaliser, generalised_advantages
+from training.pid_lagrangian import PidLagrangian
 
 
 def test_cost_threshold_rises_linearly_between_n1_and_n2() -> None:

@@ -112,3 +112,20 @@ def test_augment_returns_default_max_reward_exceeds_best_return():
 def test_augment_returns_rejects_unknown_association():
     with pytest.raises(ValueError, match="association"):
         augment_returns(REWARDS, COSTS, 3, np.random.default_rng(0), association="nearest")
+
+
+def test_sample_infeasible_targets_cap_their_cost_where_budgets_are_served():
+    rewards = np.array([0.0, 50.0, 100.0, 150.0])
+    costs = np.array([0.0, 40.0, 120.0, 260.0])
+    targets = sample_infeasible_targets(
+        rewards, costs, 500, np.random.default_rng(0), min_gap=1.0, max_reward=200.0, max_cost=60.0
+    )
+    assert targets[:, 0].min() >= 0.0
+    assert targets[:, 0].max() <= 60.0
+    assert targets[:, 0].max() > 50.0  # the whole capped range is used
+
+
+def test_relabel_to_go_keeps_the_dtype():
+    relabelled = relabel_to_go(np.array([3.0, 2.0, 1.0], dtype=np.float32), 10.5)
+    assert relabelled.dtype == np.float32
+    np.testing.assert_allclose(relabelled, [10.5, 9.5, 8.5])

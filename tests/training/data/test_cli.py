@@ -10,16 +10,10 @@ import numpy as np
 import pytest
 
 import cdt_cli
-from tests.training.data.episodes import make_episode, raw_arrays, write_raw
-from training.data.cli import (
-    add_outliers,
-    main,
-    plot_returns,
-    reduce_dataset,
-    summarise,
-    write_summary,
-)
+from tests.training.data.synthetic_dsrl import make_episode, raw_arrays, write_raw
+from training.data.cli import add_outliers, main, reduce_dataset
 from training.data.dataset import load_dataset, save_dataset
+from training.data.summary import plot_returns, summarise_dataset, write_summary
 
 LENGTH = 50
 COSTS = [0, 5, 10, 12, 20, 30, 45]  # as in test_frontiers: PF(10)=150, IPF(10)=400, RF(10)=140
@@ -129,7 +123,7 @@ def test_reduce_drops_unsafe_episodes_above_rf_and_records_it(dataset_path, tmp_
     assert "PF 150.00 -> 150.00, IPF 400.00 -> 140.00" in printed
     assert "epsilon = PF - IPF -250.00 -> 10.00, normalised epsilon -0.625 -> 0.067" in printed
     assert "removed 4 unsafe episodes (cost return > 10) with reward return >= RF(10)" in printed
-    (row,) = summarise(reduced, [10.0])["frontiers"]
+    (row,) = summarise_dataset(reduced, [10.0])["frontiers"]
     assert row["pareto_frontier"] > row["inverse_pareto_frontier"] and row["epsilon"] > 0
 
 
@@ -139,7 +133,8 @@ def test_reduce_at_another_threshold_keeps_the_safe_episodes_above_rf(dataset_pa
     dataset = load_dataset(dataset_path)
     reduced = reduce_dataset(dataset, 20.0)
     np.testing.assert_array_equal(reduced.cost_returns, [0, 5, 10, 12, 20])
-    assert summarise(reduced, [20.0])["frontiers"][0]["epsilon"] == pytest.approx(50.0, rel=1e-5)
+    (row,) = summarise_dataset(reduced, [20.0])["frontiers"]
+    assert row["epsilon"] == pytest.approx(50.0, rel=1e-5)
 
 
 def test_reduce_refuses_a_dataset_without_safe_episodes(dataset_path, tmp_path, capsys):

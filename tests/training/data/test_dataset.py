@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.training.data.episodes import ACT_DIM, OBS_DIM, make_episode, raw_arrays, write_raw
+from tests.training.data.synthetic_dsrl import ACT_DIM, OBS_DIM, make_episode, raw_arrays, write_raw
 from training.data.dataset import (
     REQUIRED_KEYS,
     DatasetError,

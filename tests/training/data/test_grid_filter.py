@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.training.data.episodes import make_episode
-from training.data.grid_filter import filter_episodes, grid_cells, grid_filter
+from training.data.grid_filter import grid_cells, grid_filter
 
 # Four trajectories crowd the low-cost, low-reward corner; two sit in the opposite corner.
 COSTS = np.array([0.0, 0.0, 1.0, 2.0, 9.0, 10.0])
@@ -74,12 +73,3 @@ def test_grid_filter_rejects_bad_arguments(bins, max_per_cell, min_per_cell):
     rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match=">= 1"):
         grid_filter(COSTS, REWARDS, *bins, max_per_cell, rng=rng, min_per_cell=min_per_cell)
-
-
-def test_filter_episodes_returns_the_kept_episodes_in_order():
-    episodes = [make_episode([r], [c]) for c, r in zip(COSTS, REWARDS, strict=True)]
-    kept = filter_episodes(episodes, 2, 2, 1, rng=np.random.default_rng(0))
-    assert len(kept) == 2
-    positions = [next(i for i, e in enumerate(episodes) if e is k) for k in kept]
-    assert positions == sorted(positions)
-    assert {episode.cost_return >= 9 for episode in kept} == {True, False}

@@ -125,16 +125,20 @@ def test_default_ceiling_draws_every_episode_and_coverage_is_exact(episodes, sta
     assert float((drawn >= len(episodes)).double().mean()) == pytest.approx(expected, abs=0.02)
 
 
-def test_sampler_is_reproducible_and_resumable(episodes, stats):
+def test_sampler_is_reproducible(episodes, stats):
     buffer = build_buffer(episodes, stats, SEQ_LEN)
     first = WindowSampler(buffer, SEQ_LEN, batch_size=8, seed=3)
     second = WindowSampler(buffer, SEQ_LEN, batch_size=8, seed=3)
-    first.sample()
-    state = first.state_dict()
-    expected = first.sample()
-    second.load_state_dict(state)
-    for left, right in zip(expected, second.sample(), strict=True):
+    for left, right in zip(first.sample(), second.sample(), strict=True):
         torch.testing.assert_close(left, right)
+
+
+def test_cost_sampling_floor_keeps_every_episode_in_the_draw():
+    costs = torch.tensor([0.0, 35.0, 70.0, 200.0])
+    plain = cost_sampling_weights(costs, ceiling=70.0)
+    floored = cost_sampling_weights(costs, ceiling=70.0, min_weight=0.1)
+    assert plain.tolist() == [70.0, 35.0, 0.0, 0.0]
+    assert floored.tolist() == pytest.approx([70.0, 35.0, 7.0, 7.0])
 
 
 def test_rows_to_moves_only_the_per_row_tensors(episodes, stats):

@@ -1,4 +1,5 @@
-"""Per-budget calibration of an exported policy's mean action (training/evaluation/calibrate.py)."""
+"""Per-budget calibration of an exported policy's mean action (evaluation/budget_scales.py, the
+search, and evaluation/calibrate.py, the command)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,10 @@ from pathlib import Path
 import pytest
 
 from runtime.card import BudgetScale, read_card, update_card
-from runtime.protocol import BudgetRow, SelectionRule
+from runtime.evaluation_protocol import BudgetRow, SelectionRule
 from training.evaluation import calibrate as calibrate_module
-from training.evaluation.calibrate import (
-    PacedRow,
-    calibrate,
-    calibrated_version,
-    default_budgets,
-    graph_version,
-)
+from training.evaluation.budget_scales import PacedRow, choose_scales
+from training.evaluation.calibrate import calibrated_version, default_budgets, graph_version
 
 GRAPH_SCALE = 0.8
 
@@ -76,7 +72,7 @@ def measured_by(monkeypatch: pytest.MonkeyPatch, measure: FakeMeasure) -> None:
 def test_each_budget_gets_the_largest_scale_that_passes_loosest_first() -> None:
     # kappa 10 barely spends what it is fed, kappa 40 spends it all (CarRun's mean action)
     measure = FakeMeasure({10.0: 0.4, 20.0: 0.5, 40.0: 0.7}, {10.0: 500, 20.0: 520, 40.0: 540})
-    chosen, measured = calibrate(
+    chosen, measured = choose_scales(
         measure, [10.0, 20.0, 40.0], [2.0, 1.6, 1.2, 1.0], SelectionRule(), GRAPH_SCALE
     )
     assert chosen == [
@@ -92,7 +88,9 @@ def test_each_budget_gets_the_largest_scale_that_passes_loosest_first() -> None:
 def test_a_tighter_budget_is_never_fed_more_than_a_looser_one() -> None:
     # kappa 20 only passes at x0.5 (fed 10), so kappa 10 may be fed at most 10: x1.0
     measure = FakeMeasure({10.0: 0.1, 20.0: 1.8}, {10.0: 400, 20.0: 500})
-    chosen, _ = calibrate(measure, [10.0, 20.0], [2.0, 1.5, 1.0, 0.5], SelectionRule(), GRAPH_SCALE)
+    chosen, _ = choose_scales(
+        measure, [10.0, 20.0], [2.0, 1.5, 1.0, 0.5], SelectionRule(), GRAPH_SCALE
+    )
     assert chosen == [BudgetScale(budget=10.0, scale=1.0), BudgetScale(budget=20.0, scale=0.5)]
     assert (10.0, 2.0) not in measure.calls and (10.0, 1.5) not in measure.calls
 
@@ -100,7 +98,7 @@ def test_a_tighter_budget_is_never_fed_more_than_a_looser_one() -> None:
 def test_a_tighter_budget_must_earn_clearly_less() -> None:
     # at kappa 10, x2 and x1.5 earn within a standard error of kappa 20's reward
     measure = FakeMeasure({10.0: 0.3, 20.0: 0.3}, {10.0: 501.0, 20.0: 502.0})
-    chosen, measured = calibrate(
+    chosen, measured = choose_scales(
         measure, [10.0, 20.0], [2.0, 1.5, 1.0, 0.5], SelectionRule(), GRAPH_SCALE
     )
     assert chosen == [BudgetScale(budget=10.0, scale=0.5), BudgetScale(budget=20.0, scale=2.0)]
@@ -110,11 +108,11 @@ def test_a_tighter_budget_must_earn_clearly_less() -> None:
 def test_a_flat_reward_takes_the_largest_scale_not_earning_more() -> None:
     # every kappa 10 scale earns within a standard error of kappa 20's reward
     flat = FakeMeasure({10.0: 0.3, 20.0: 0.3}, {10.0: 500.0, 20.0: 500.5})
-    chosen, _ = calibrate(flat, [10.0, 20.0], [2.0, 1.0], SelectionRule(), GRAPH_SCALE)
+    chosen, _ = choose_scales(flat, [10.0, 20.0], [2.0, 1.0], SelectionRule(), GRAPH_SCALE)
     assert chosen == [BudgetScale(budget=10.0, scale=2.0), BudgetScale(budget=20.0, scale=2.0)]
     # but never one that earns clearly more than the looser budget
     above = FakeMeasure({10.0: 0.3, 20.0: 0.3}, {10.0: 510.0, 20.0: 500.0})
-    chosen, measured = calibrate(above, [10.0, 20.0], [2.0, 1.0], SelectionRule(), GRAPH_SCALE)
+    chosen, measured = choose_scales(above, [10.0, 20.0], [2.0, 1.0], SelectionRule(), GRAPH_SCALE)
     assert chosen is None and len(measured) == 3
 
 
@@ -124,7 +122,9 @@ def test_a_scale_that_leaves_no_room_for_a_tightening_at_mid_episode_does_not_co
     measure = FakeMeasure(
         {10.0: 0.4, 40.0: 0.7}, {10.0: 500, 40.0: 540}, lambda scale: 0.9 if scale > 1 else 0.1
     )
-    chosen, measured = calibrate(measure, [10.0, 40.0], [1.6, 1.2, 1.0, 0.8], SelectionRule(), 0.8)
+    chosen, measured = choose_scales(
+        measure, [10.0, 40.0], [1.6, 1.2, 1.0, 0.8], SelectionRule(), 0.8
+    )
     assert chosen == [BudgetScale(budget=10.0, scale=1.6), BudgetScale(budget=40.0, scale=1.0)]
     assert "by half the episode > 10.0" in measured[1].failures[-1]  # x1.6: 40.3 by then
     # the graph's own scale was measured once, as the pacing reference, and is marked so
@@ -134,7 +134,9 @@ def test_a_scale_that_leaves_no_room_for_a_tightening_at_mid_episode_does_not_co
 
 def test_where_the_graph_itself_spends_early_a_scale_may_spend_as_much_but_no_more() -> None:
     measure = FakeMeasure({10.0: 0.4, 40.0: 0.7}, {10.0: 500, 40.0: 540}, lambda scale: 0.9)
-    chosen, measured = calibrate(measure, [10.0, 40.0], [1.2, 1.0, 0.8, 0.6], SelectionRule(), 0.8)
+    chosen, measured = choose_scales(
+        measure, [10.0, 40.0], [1.2, 1.0, 0.8, 0.6], SelectionRule(), 0.8
+    )
     # the graph's x0.8 spends 20.2 by half the episode, x1 25.2
     assert chosen == [BudgetScale(budget=10.0, scale=1.2), BudgetScale(budget=40.0, scale=0.8)]
     assert [m.scale for m in measured if m.row.target_cost == 40.0] == [0.8, 1.2, 1.0, 0.8]
@@ -143,7 +145,9 @@ def test_where_the_graph_itself_spends_early_a_scale_may_spend_as_much_but_no_mo
 
 def test_no_calibration_when_one_budget_has_no_scale_that_passes() -> None:
     measure = FakeMeasure({10.0: 0.1, 20.0: 0.01}, {10.0: 400, 20.0: 500})  # idle at 20
-    chosen, measured = calibrate(measure, [10.0, 20.0], [2.0, 1.0], SelectionRule(), GRAPH_SCALE)
+    chosen, measured = choose_scales(
+        measure, [10.0, 20.0], [2.0, 1.0], SelectionRule(), GRAPH_SCALE
+    )
     assert chosen is None
     assert {m.row.target_cost for m in measured} == {20.0}  # kappa 10 never measured
     assert all("(idle)" in m.failures[0] for m in measured)

@@ -12,9 +12,9 @@ import torch
 import training.learn.train as train_module
 from tests.training.cdt_synthetic import tiny_config, write_dataset
 from training.learn.checkpoint import load_checkpoint
-from training.learn.cli import main
 from training.learn.interrupt import StopRequest, TrainingInterrupted
 from training.learn.train import train
+from training.train_cli import main
 
 
 def interrupt_at(monkeypatch: pytest.MonkeyPatch, step: int) -> None:

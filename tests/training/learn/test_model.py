@@ -10,6 +10,7 @@ from training.learn.model import (
     ConstrainedDecisionTransformer,
     EntropyTemperature,
     ModelConfig,
+    ScalarEmbedding,
     dropout,
 )
 
@@ -175,3 +176,29 @@ def test_dropout_paths_share_eval_outputs(fast: bool):
     model = make_model(dropout=0.1, fast_dropout=fast, fused_attention=True)
     reference = make_model(dropout=0.0)
     torch.testing.assert_close(model(**inputs).action_mean, reference(**inputs).action_mean)
+
+
+def test_layer_normalised_linear_return_token_keeps_only_its_sign():
+    torch.manual_seed(0)
+    norm = torch.nn.LayerNorm(16)
+    linear, basis = ScalarEmbedding(16, 0, (0.0, 100.0)), ScalarEmbedding(16, 8, (0.0, 100.0))
+    for embedding in (linear, basis):
+        embedding.apply(ConstrainedDecisionTransformer._init_weights)  # the model's own init
+    values = torch.tensor([[20.0, 90.0]])  # cost-to-go as the earlier recipes fed it (scale 1)
+    plain = norm(linear(values))
+    assert (plain[0, 0] - plain[0, 1]).abs().max() < 1e-3  # LayerNorm(x * w) does not see x
+    coded = norm(basis(values))
+    assert (coded[0, 0] - coded[0, 1]).abs().max() > 0.1
+
+
+def test_scalar_embedding_loads_checkpoints_of_the_bare_linear():
+    old = torch.nn.Linear(1, 16)
+    embedding = ScalarEmbedding(16, 4, (0.0, 2.0))
+    embedding.load_state_dict({**old.state_dict(), "basis.weight": torch.zeros(16, 4)})
+    torch.testing.assert_close(embedding.linear.weight, old.weight)
+
+
+def test_return_basis_model_exports_the_same_shapes():
+    model = make_model(return_basis=6, reward_token_range=(0.0, 1.2), cost_token_range=(0.0, 1.5))
+    output = model(**make_inputs())
+    assert output.action_mean.shape == (BATCH, SEQ_LEN, ACTION_DIM)

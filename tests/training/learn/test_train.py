@@ -11,8 +11,8 @@ import torch
 
 from tests.training.cdt_synthetic import tiny_config, write_dataset
 from training.learn.checkpoint import load_checkpoint
-from training.learn.cli import main
 from training.learn.config import PRESETS, TrainConfig, parse_config
+from training.learn.state import CheckpointScore, TrainState
 from training.learn.train import cpu_has_native_bf16, train
 
 
@@ -110,16 +110,6 @@ def test_config_rejects_nonpositive_eval_costs():
         TrainConfig(eval_budgets=(10.0, 0.0))
 
 
-def test_main_runs_the_cli(dataset_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
-    main([
-        "--dataset", str(dataset_path), "--out-dir", str(tmp_path), "--run-name", "cli",
-        "--update-steps", "1", "--batch-size", "2", "--embedding-dim", "8", "--num-heads", "2",
-        "--num-layers", "1", "--eval-every", "0", "--no-tensorboard",
-    ])  # fmt: skip
-    assert (tmp_path / "cli" / "last.pt").is_file()
-    assert "last.pt" in capsys.readouterr().out
-
-
 def test_cpu_has_native_bf16_reads_the_flags(tmp_path: Path):
     flags = tmp_path / "cpuinfo"
     flags.write_text("flags\t: fpu avx512f amx_bf16 amx_tile\n")
@@ -138,24 +128,23 @@ def test_resume_alone_keeps_the_runs_step_total(dataset_path: Path, tmp_path: Pa
     assert longer.update_steps == 4
 
 
-def test_train_cli_refuses_missing_files_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_train_scores_checkpoints_with_the_evaluation_it_is_given(
+    dataset_path: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ):
-    for flag in ("--dataset", "--resume"):
-        with pytest.raises(SystemExit) as stopped:
-            main([flag, str(tmp_path / "missing")])
-        assert stopped.value.code == 2
-        error = capsys.readouterr().err
-        assert error.startswith(f"cdt train: {flag} ") and error.count("\n") == 1
+    scores = iter([1.0, 3.0, 2.0])
+    steps: list[int] = []
 
+    def evaluate_checkpoint(state: TrainState) -> CheckpointScore:
+        steps.append(state.step)
+        score = next(scores)
+        record = {"step": state.step, "score": score}
+        return CheckpointScore(score, record, [], {"score": score}, f"score {score}")
 
-def test_train_cli_refuses_corrupt_files_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-):
-    corrupt = tmp_path / "corrupt.hdf5"
-    corrupt.write_text("not hdf5")
-    with pytest.raises(SystemExit) as stopped:
-        main(["--dataset", str(corrupt)])
-    assert stopped.value.code == 2
-    error = capsys.readouterr().err
-    assert error.startswith("cdt train: not a readable HDF5 file") and error.count("\n") == 1
+    config = tiny_config(dataset_path, tmp_path / "a", update_steps=3, eval_every=1)
+    train(config, evaluate_checkpoint=evaluate_checkpoint)
+    assert steps == [1, 2, 3]
+    best = load_checkpoint(tmp_path / "a" / "run" / "best.pt")
+    assert best["step"] == 2 and best["evaluation"] == {"step": 2, "score": 3.0}
+    train(tiny_config(dataset_path, tmp_path / "b", update_steps=2, eval_every=1))
+    assert not (tmp_path / "b" / "run" / "best.pt").exists()  # no evaluation given: no best.pt
+    assert "no checkpoint evaluation given" in caplog.text

@@ -12,9 +12,10 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from runtime.context import WINDOW_NAMES
 from tests.test_export_parity import random_windows
 from tests.training.cdt_synthetic import tiny_config, write_dataset
-from training.export import INPUT_NAMES, export_checkpoint, policy_from_checkpoint
+from training.export import export_checkpoint, policy_from_checkpoint
 from training.learn.checkpoint import load_checkpoint
 from training.learn.train import prepare_training, train, train_step
 
@@ -68,7 +69,7 @@ def test_a_gpu_checkpoint_exports_for_the_cpu_service(dataset_path: Path, tmp_pa
     session = ort.InferenceSession(str(out_dir / "model.onnx"), providers=["CPUExecutionProvider"])
     inputs = random_windows(4, 3, policy.model.config.seq_len, seed=0)
     with torch.no_grad():
-        expected = policy(*(torch.from_numpy(inputs[name]) for name in INPUT_NAMES))
+        expected = policy(*(torch.from_numpy(inputs[name]) for name in WINDOW_NAMES))
     actual = session.run(None, inputs)
     for want, got in zip(expected, actual, strict=True):
         np.testing.assert_allclose(got, want.numpy(), atol=1e-4, rtol=0)

@@ -7,7 +7,7 @@ test"). Scores are the paper's (section 5), from `runtime.scores`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -140,7 +140,11 @@ class SelectionRule:
     min_budget_use: float = 0.5
     """At every budget above the tightest, mean cost must reach this share of it, in every mode:
     a policy that keeps its tightest behaviour when the controller loosens the budget ignores
-    the controller (and leaves reward unclaimed)."""
+    the controller (and leaves reward unclaimed). Not at `flat_budgets`."""
+    flat_budgets: frozenset[float] = frozenset()
+    """Budgets where the data's Pareto frontier barely rises above the tightest budget's
+    (`flat_budgets`): there a policy that leaves the budget unspent loses almost no reward, so
+    leaving it idle is no failure (DroneRun: PF(10/20/40) = 385 / 388 / 418)."""
 
     def _row_safety_failures(self, row: BudgetRow) -> list[str]:
         """Whether the row's mean cost passes the margin, or its share of episodes over the
@@ -163,7 +167,9 @@ class SelectionRule:
 
     def _row_idle_failures(self, row: BudgetRow, tightest: float) -> list[str]:
         """Whether a budget above `tightest` (the tightest evaluated) is left unused."""
-        if row.target_cost <= tightest or row.cost_mean / row.target_cost >= self.min_budget_use:
+        if row.target_cost <= tightest or row.target_cost in self.flat_budgets:
+            return []
+        if row.cost_mean / row.target_cost >= self.min_budget_use:
             return []
         return [
             f"kappa {row.target_cost:g} {action_mode(row.deterministic)}: mean cost"
@@ -192,9 +198,14 @@ class SelectionRule:
         return bool(rows) and not self._safety_failures(rows)
 
     def budget_use(self, rows: Sequence[BudgetRow]) -> float:
-        """The smallest mean cost / budget over the budgets above the tightest (1 with one)."""
+        """The smallest mean cost / budget over the budgets above the tightest and not flat
+        (1 with none)."""
         tightest = min((row.target_cost for row in rows), default=0.0)
-        loose = [row.cost_mean / row.target_cost for row in rows if row.target_cost > tightest]
+        loose = [
+            row.cost_mean / row.target_cost
+            for row in rows
+            if row.target_cost > tightest and row.target_cost not in self.flat_budgets
+        ]
         return min(loose, default=1.0)
 
     def admissible(self, rows: Sequence[BudgetRow]) -> bool:
@@ -212,6 +223,27 @@ class SelectionRule:
         if self.safe(rows):
             return -1.0 + self.budget_use(rows)
         return -1.0 - max(row.cost_mean / max(row.target_cost, 1e-8) for row in rows)
+
+
+MIN_FRONTIER_RISE = 0.05
+"""A budget's frontier rises meaningfully when PF(budget) - PF(tightest) reaches this share of
+the dataset's reward range."""
+
+
+def flat_budgets(
+    frontier: Mapping[float, float], reward_range: float, min_rise: float = MIN_FRONTIER_RISE
+) -> frozenset[float]:
+    """The budgets whose frontier reward rises less than `min_rise` x `reward_range` above the
+    tightest budget's (`frontier`: budget -> PF(budget), or any reward target offset from it by
+    a constant, such as the card's default targets)."""
+    if not frontier:
+        return frozenset()
+    tightest = frontier[min(frontier)]
+    return frozenset(
+        budget
+        for budget, reward in frontier.items()
+        if budget > min(frontier) and reward - tightest < min_rise * reward_range
+    )
 
 
 def describe(rows: Sequence[BudgetRow]) -> str:

@@ -4,12 +4,12 @@ For runs trained where no simulator runs (a GPU machine, `--eval-every 0 --keep-
 every `step_<N>.pt` is evaluated here exactly as in-training selection would (the same budgets,
 target rewards, action modes and selection seeds), and the best admissible one is copied to
 `best.pt` with its evaluation. `selection.json` lists every checkpoint's rows; a rerun reuses them.
+The scoring itself is `checkpoint_scores.py`'s; this module chooses among the scores.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import math
@@ -17,17 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from runtime.arguments import positive_int
+from runtime.evaluation_protocol import BudgetRow, SelectionRule, describe
 from runtime.files import write_atomic
-from runtime.protocol import BudgetRow, SelectionRule, describe
-from training.data.windows import NormalisationStats
-from training.evaluation.selection import (
-    evaluate_selection,
-    selection_record,
-    verdict,
-)
-from training.export import policy_from_checkpoint
+from training.evaluation.checkpoint_scores import score_checkpoint, selection_record, verdict
 from training.learn.checkpoint import load_checkpoint, write_checkpoint
-from training.learn.config import TrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -36,23 +29,6 @@ BUDGET_SCALES = (1.0, 0.8, 0.6)
 """Calibrations tried, largest first: the graph feeds scale x the remaining budget. Measured
 reason: uncalibrated CarRun checkpoints kept the mean cost near kappa = 10 with sampled actions
 but let 30-50 % of episodes exceed it."""
-
-
-def score_checkpoint(
-    checkpoint: dict[str, Any],
-    rule: SelectionRule,
-    budget_scale: float = 1.0,
-    episodes: int | None = None,
-) -> dict[str, Any]:
-    """The selection protocol's rows and score for one checkpoint at one budget calibration,
-    with `episodes` per budget and action mode (default: the run's `eval_episodes`)."""
-    config = TrainConfig.from_json_dict(checkpoint["config"])
-    if episodes is not None:
-        config = dataclasses.replace(config, eval_episodes=episodes)
-    model = policy_from_checkpoint(checkpoint).model
-    stats = NormalisationStats(**checkpoint["stats"])
-    rows = evaluate_selection(model, stats, config, checkpoint["dataset"], budget_scale)
-    return selection_record(int(checkpoint["step"]), rows, rule, budget_scale)
 
 
 def per_mode_record(

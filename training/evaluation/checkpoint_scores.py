@@ -1,10 +1,14 @@
-"""Checkpoint selection in the simulator, on the protocol we report.
+"""Scores of a checkpoint in the simulator, on the protocol we report.
 
 The torch model is wrapped in the exported graph's own module (`OnnxPolicy`: normalisation, action
 scaling, time-step clamping) and driven by the one episode loop every evaluation uses
 (`runtime.episodes.run_episodes`), so the windows, budgets and actions are the service's. The
 protocol (budgets, target rewards from the data, both action modes, seeds disjoint from the
-reported evaluation's) is `runtime.protocol`'s.
+reported evaluation's) is `runtime.evaluation_protocol`'s.
+
+Two callers: `cdt train` hands `score_in_training` to the training loop (learn/ imports no
+evaluation code), and `cdt select` (`select_checkpoint.py`) scores kept checkpoints with
+`score_checkpoint`.
 """
 
 from __future__ import annotations
@@ -18,17 +22,21 @@ import torch
 
 from runtime.context import WINDOW_NAMES
 from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec
-from runtime.protocol import (
+from runtime.evaluation_protocol import (
     BudgetRow,
     SelectionRule,
+    action_mode,
+    describe,
+    flat_budgets,
     selection_specs,
     summarise,
 )
 from training.data.windows import NormalisationStats
 from training.evaluation.evaluate import run_in_chunks
-from training.export import OnnxPolicy
+from training.export import OnnxPolicy, policy_from_checkpoint
 from training.learn.config import TrainConfig
 from training.learn.model import ConstrainedDecisionTransformer
+from training.learn.state import CheckpointScore, TrainState
 
 
 def torch_episode_policy(
@@ -113,3 +121,61 @@ def verdict(record: dict[str, Any]) -> str:
     """'admissible', or 'not admissible' with every reason a selection record gives."""
     failures = record["failures"]
     return "admissible" if not failures else "not admissible: " + ", ".join(failures)
+
+
+def selection_rule(config: TrainConfig, dataset_info: dict[str, Any]) -> SelectionRule:
+    """The rule a run's `--selection-*` flags set, on the run's data (`for_data`)."""
+    rule = SelectionRule(
+        config.selection_cost_margin,
+        config.selection_max_share_over,
+        config.selection_min_budget_use,
+    )
+    return for_data(rule, dataset_info)
+
+
+def for_data(rule: SelectionRule, dataset_info: dict[str, Any]) -> SelectionRule:
+    """`rule` with the budget-use test off where the data's frontier is flat (`flat_budgets`):
+    the default targets are PF(budget) plus one offset, so their differences are PF's."""
+    frontier = {float(t["cost"]): float(t["reward"]) for t in dataset_info["default_targets"]}
+    span = float(dataset_info["reward_return_max"]) - float(dataset_info["reward_return_min"])
+    return dataclasses.replace(rule, flat_budgets=flat_budgets(frontier, span))
+
+
+def score_checkpoint(
+    checkpoint: dict[str, Any],
+    rule: SelectionRule,
+    budget_scale: float = 1.0,
+    episodes: int | None = None,
+) -> dict[str, Any]:
+    """The selection protocol's rows and score for one checkpoint at one budget calibration,
+    with `episodes` per budget and action mode (default: the run's `eval_episodes`)."""
+    config = TrainConfig.from_json_dict(checkpoint["config"])
+    if episodes is not None:
+        config = dataclasses.replace(config, eval_episodes=episodes)
+    model = policy_from_checkpoint(checkpoint).model
+    stats = NormalisationStats(**checkpoint["stats"])
+    rows = evaluate_selection(model, stats, config, checkpoint["dataset"], budget_scale)
+    rule = for_data(rule, checkpoint["dataset"])
+    return selection_record(int(checkpoint["step"]), rows, rule, budget_scale)
+
+
+def score_scalars(rows: Sequence[BudgetRow], score: float) -> dict[str, float]:
+    """The selection rows as the training log's `eval` scalars."""
+    scalars = {"score": score}
+    for row in rows:
+        tag = f"kappa{row.target_cost:g}_{action_mode(row.deterministic)}"
+        scalars[f"{tag}/normalised_reward"] = row.normalised_reward
+        scalars[f"{tag}/normalised_cost"] = row.normalised_cost
+        scalars[f"{tag}/share_over_budget"] = row.share_over_budget
+    return scalars
+
+
+def score_in_training(state: TrainState) -> CheckpointScore:
+    """`cdt train`'s checkpoint evaluation (`train(..., evaluate_checkpoint=...)`): the reported
+    protocol on selection seeds, every budget, each action mode selection uses."""
+    model = state.network()  # the weights checkpoints keep (an average, when the run keeps one)
+    rows = evaluate_selection(model, state.stats, state.config, state.dataset_info)
+    record = selection_record(state.step, rows, selection_rule(state.config, state.dataset_info))
+    score = float(record["score"])
+    summary = f"(score {score:.2f}, {verdict(record)}): {describe(rows)}"
+    return CheckpointScore(score, record, rows, score_scalars(rows, score), summary)

@@ -1,4 +1,4 @@
-"""`cdt report`: Table 1 rendering on hand-built results, and a tiny grid end to end."""
+"""`cdt report` end to end: a tiny grid trained, exported and evaluated (training/report/)."""
 
 from __future__ import annotations
 
@@ -10,75 +10,17 @@ import pytest
 
 from tests.training.baselines.synthetic import tiny_episodes
 from training.data.dataset import save_dataset
-from training.evaluation.report import (
-    AVERAGE,
-    RunResult,
-    build_table,
-    card_training,
-    main,
-    normalised_scores,
-    render_markdown,
-    table_json,
-)
-
-RESULTS = [
-    RunResult("bc-all", "CarRun", 0, reward=90.0, cost=2.0),
-    RunResult("bc-all", "CarRun", 1, reward=70.0, cost=1.6),
-    RunResult("bc-all", "BallRun", 0, reward=80.0, cost=1.5),
-    RunResult("bc-safe", "CarRun", 0, reward=50.0, cost=0.4),
-    RunResult("bc-safe", "BallRun", 0, reward=60.0, cost=0.2),
-    RunResult("cdt", "CarRun", 0, reward=70.0, cost=0.8),
-    RunResult("cdt", "BallRun", 0, reward=30.0, cost=1.2),
-]
+from training.report.cli import main
+from training.report.grid import result_scores
 
 
-def test_build_table_averages_seeds_then_tasks() -> None:
-    table = build_table(RESULTS)
-    assert table.tasks == ["CarRun", "BallRun", AVERAGE]
-    assert table.algorithms == ["bc-all", "bc-safe", "cdt"]
-    car = table.cells["bc-all", "CarRun"]
-    assert (car.reward, car.cost, car.runs) == (pytest.approx(80.0), pytest.approx(1.8), 2)
-    assert table.cells["cdt", AVERAGE].reward == pytest.approx(50.0)
-    assert table.cells["cdt", AVERAGE].cost == pytest.approx(1.0)
-    assert table.best_safe("CarRun") == "cdt"
-    assert table.best_safe("BallRun") == "bc-safe"
-    assert table.best_safe(AVERAGE) == "bc-safe"  # cdt's average cost is exactly 1: safe
-    assert table.cells["cdt", AVERAGE].safe
-
-
-def test_build_table_partial_row_has_no_average() -> None:
-    table = build_table([*RESULTS, RunResult("cpq", "CarRun", 0, reward=10.0, cost=0.1)])
-    assert ("cpq", AVERAGE) not in table.cells
-    assert "n/a" in render_markdown(table, "T", "cdt report", 10.0)
-
-
-def test_render_markdown_marks_safe_unsafe_and_best_safe() -> None:
-    markdown = render_markdown(build_table(RESULTS), "Table 1", "cdt report --seeds 2", 10.0)
-    lines = {line.split(" | ")[0].lstrip("| "): line for line in markdown.splitlines()}
-    assert lines["BC-All"].startswith("| BC-All | 80.0† | 1.80† | 80.0† | 1.50† |")
-    assert "| **70.0** ★ | **0.80** |" in lines["CDT"]  # best safe on CarRun
-    assert "| 30.0† | 1.20† |" in lines["CDT"]  # unsafe on BallRun
-    assert "| **60.0** ★ | **0.20** |" in lines["BC-Safe"]
-    header = markdown.splitlines()[2]
-    assert "CarRun reward ↑" in header and "Average cost ↓" in header
-    assert "Made by: `cdt report --seeds 2`" in markdown
-    assert "kappa = 10" in markdown
-
-
-def test_table_json_flags_safety_and_best() -> None:
-    payload = table_json(build_table(RESULTS))
-    assert payload["cdt"]["CarRun"]["best_safe"] is True
-    assert payload["bc-all"]["CarRun"]["safe"] is False
-    assert payload["bc-safe"]["BallRun"]["runs"] == 1
-
-
-def test_normalised_scores_from_normalised_or_raw_results() -> None:
+def test_result_scores_from_normalised_or_raw_results() -> None:
     card = {"dataset": {"reward_return_min": 100.0, "reward_return_max": 300.0}}
     result = {"normalised_reward_mean": 30.0, "normalised_cost_mean": 2.0, "reward_mean": 1.0}
-    assert normalised_scores(result, card, 10.0) == (30.0, 2.0)
-    reward, cost = normalised_scores({"reward_mean": 250.0, "cost_mean": 5.0}, card, 10.0) or (0, 0)
+    assert result_scores(result, card, 10.0) == (30.0, 2.0)
+    reward, cost = result_scores({"reward_mean": 250.0, "cost_mean": 5.0}, card, 10.0) or (0, 0)
     assert reward == pytest.approx(75.0) and cost == pytest.approx(0.5, abs=0.01)
-    assert normalised_scores({"episodes": 3}, card, 10.0) is None
+    assert result_scores({"episodes": 3}, card, 10.0) is None
 
 
 def _fake_evaluate(calls: list[dict[str, Any]]) -> Any:
@@ -193,16 +135,3 @@ def test_grid_trains_and_exports_the_sequence_models(tmp_path: Path) -> None:
         assert [target["cost"] for target in card["default_targets"]] == [4.0, 8.0, 16.0]
     table = json.loads((tmp_path / "reports" / "table1.json").read_text())["table"]
     assert set(table) == {"cdt", "cdt-sampled", "dt"}
-
-
-def test_card_training_prefers_the_selected_checkpoints_step() -> None:
-    planned = {"training_config": {"update_steps": 100_000}, "training": {"train_seconds": 5.0}}
-    assert card_training(planned) == (100_000, 5.0)
-    assert card_training({**planned, "training_step": 18_000}) == (18_000, 5.0)
-    assert card_training({"training_config": {"steps": 5_000}}) == (5_000, None)
-
-
-def test_build_table_without_the_average_column() -> None:
-    table = build_table(RESULTS, average=False)
-    assert table.tasks == ["CarRun", "BallRun"]
-    assert not any(task == AVERAGE for _, task in table.cells)

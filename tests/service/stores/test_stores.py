@@ -1,12 +1,10 @@
-"""Both session stores honour one contract: cap, quota, TTL, 410 tombstones, owners, locks."""
+"""Both session stores honour one contract: cap, quota, TTL, 410 tombstones, owners, claims."""
 
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
@@ -23,7 +21,10 @@ from service.errors import (
     StoreUnavailableError,
     TooManyEpisodesError,
 )
-from service.sessions import Claim, InMemorySessionStore, RedisSessionStore, SessionStore
+from service.stores.base import Claim, SessionStore
+from service.stores.codec import encode_context
+from service.stores.memory import InMemorySessionStore
+from service.stores.redis import RedisSessionStore
 from tests.service.clock import FakeClock
 from tests.service.toy_policy import REDIS_URL
 
@@ -39,6 +40,21 @@ def next_revision(record: EpisodeRecord) -> EpisodeRecord:
     return replace(record, revision=record.revision + 1)
 
 
+def bump(store: SessionStore, episode_id: str, owner: str = OWNER) -> EpisodeRecord:
+    """Claim the episode, write its next revision and return it; raises what the claim or the
+    commit answers (`EpisodeBusyError` while another batch holds it)."""
+    (claim,) = store.claim_many([(episode_id, owner)])
+    if claim is None:
+        raise EpisodeBusyError(f"{episode_id} is held")
+    if not isinstance(claim, Claim):
+        raise claim
+    updated = next_revision(claim.record)
+    (failure,) = store.commit_many([(claim, updated)])
+    if failure is not None:
+        raise failure
+    return updated
+
+
 StoreFactory = Callable[..., SessionStore]
 
 
@@ -49,6 +65,7 @@ def make_store(request: pytest.FixtureRequest) -> Iterator[StoreFactory]:
 
     def make(**options: float) -> SessionStore:
         if request.param == "memory":
+            options.pop("lock_wait_s", None)  # nothing waits in memory: the loop serialises
             store: SessionStore = InMemorySessionStore(ttl_s=60.0, max_episodes=2, **options)
         else:
             prefix = request.getfixturevalue("redis_prefix")
@@ -68,33 +85,12 @@ def store(make_store: StoreFactory) -> SessionStore:
     return make_store()
 
 
-class HeldMutation:
-    """A `mutate` in a thread that stays inside its change until `finish()`."""
-
-    def __init__(self, store: SessionStore, episode_id: str) -> None:
-        self.inside, self.release = threading.Event(), threading.Event()
-        self._pool = ThreadPoolExecutor(1)
-        self._future = self._pool.submit(store.mutate, episode_id, OWNER, self._change)
-        assert self.inside.wait(5)
-
-    def _change(self, record: EpisodeRecord) -> EpisodeRecord:
-        self.inside.set()
-        self.release.wait(5)
-        return next_revision(record)
-
-    def finish(self) -> EpisodeRecord:
-        self.release.set()
-        record = self._future.result(5)
-        self._pool.shutdown()
-        return record
-
-
 def test_store_create_then_get_round_trips_the_record(store: SessionStore) -> None:
     record = make_record("a", seed=5)
     record.context.rng.standard_normal(2)
     store.create(record)
     loaded = store.get("a", OWNER)
-    assert loaded.context.to_bytes() == record.context.to_bytes()
+    assert encode_context(loaded.context) == encode_context(record.context)
     assert (loaded.model, loaded.seed, loaded.revision, loaded.owner) == ("toy", 5, 0, OWNER)
 
 
@@ -143,8 +139,8 @@ def test_store_hides_an_episode_from_other_owners(store: SessionStore) -> None:
     store.create(make_record("a"))
     with pytest.raises(EpisodeNotFoundError):
         store.get("a", "mallory")
-    with pytest.raises(EpisodeNotFoundError):
-        store.mutate("a", "mallory", next_revision)
+    (claim,) = store.claim_many([("a", "mallory")])
+    assert isinstance(claim, EpisodeNotFoundError)
     with pytest.raises(EpisodeNotFoundError):
         store.delete("a", "mallory")
     assert store.get("a", OWNER).revision == 0
@@ -153,56 +149,17 @@ def test_store_hides_an_episode_from_other_owners(store: SessionStore) -> None:
         store.get("a", "mallory")
 
 
-def test_store_mutate_writes_the_change_and_returns_it(store: SessionStore) -> None:
-    store.create(make_record("a"))
-    assert store.mutate("a", OWNER, next_revision).revision == 1
-    unchanged = store.mutate("a", OWNER, lambda record: record)
-    assert unchanged.revision == 1 and store.get("a", OWNER).revision == 1
-
-
-def test_store_mutate_failing_change_writes_nothing_and_frees_the_episode(
-    store: SessionStore,
-) -> None:
-    store.create(make_record("a"))
-
-    def broken(record: EpisodeRecord) -> EpisodeRecord:
-        raise ValueError("model failed")
-
-    with pytest.raises(ValueError, match="model failed"):
-        store.mutate("a", OWNER, broken)
-    assert store.mutate("a", OWNER, next_revision).revision == 1
-
-
-def test_store_mutate_ended_episode_raises_gone(store: SessionStore) -> None:
-    store.create(make_record("a"))
-    store.delete("a", OWNER)
-    with pytest.raises(EpisodeGoneError):
-        store.mutate("a", OWNER, next_revision)
-
-
-def test_store_mutations_of_one_episode_wait_for_each_other(make_store: StoreFactory) -> None:
+def test_store_claimed_episode_is_held_for_every_other_batch(make_store: StoreFactory) -> None:
     first = make_store(lock_wait_s=0.05)
     replica = make_store(lock_wait_s=0.05) if isinstance(first, RedisSessionStore) else first
     first.create(make_record("a"))
     first.create(make_record("b"))
-    held = HeldMutation(first, "a")
-    with pytest.raises(EpisodeBusyError) as busy:  # held past its wait: retryable
-        replica.mutate("a", OWNER, next_revision)
-    assert busy.value.retry_after is not None
-    with pytest.raises(EpisodeBusyError):
-        replica.delete("a", OWNER)
-    assert replica.mutate("b", OWNER, next_revision).revision == 1  # other episodes are free
-    assert held.finish().revision == 1
-    assert replica.mutate("a", OWNER, next_revision).revision == 2  # it saw the held write
-
-
-def test_store_waiting_mutation_applies_after_the_one_in_flight(store: SessionStore) -> None:
-    store.create(make_record("a"))
-    held = HeldMutation(store, "a")
-    with ThreadPoolExecutor(1) as pool:
-        waiting = pool.submit(store.mutate, "a", OWNER, next_revision)
-        assert held.finish().revision == 1
-        assert waiting.result(5).revision == 2
+    (claim,) = first.claim_many([("a", OWNER)])
+    assert isinstance(claim, Claim)
+    assert replica.claim_many([("a", OWNER)]) == [None]  # held: try again later
+    assert bump(replica, "b").revision == 1  # other episodes are free
+    assert first.commit_many([(claim, next_revision(claim.record))]) == [None]
+    assert bump(replica, "a").revision == 2  # it saw the held write
 
 
 def test_store_claim_many_answers_each_episode_and_commit_many_writes_the_changed(
@@ -221,11 +178,11 @@ def test_store_claim_many_answers_each_episode_and_commit_many_writes_the_change
     (again,) = store.claim_many([("a", OWNER)])
     assert isinstance(again, Claim) and again.record.revision == 1
     assert store.commit_many([(again, again.record)]) == [None]  # only released
-    assert store.mutate("a", OWNER, next_revision).revision == 2
+    assert bump(store, "a").revision == 2
 
 
 @pytest.mark.redis
-def test_redis_store_claim_is_a_lock_other_replicas_wait_for(redis_prefix: str) -> None:
+def test_redis_store_end_waits_for_the_claim_of_another_replica(redis_prefix: str) -> None:
     store, replica = (
         RedisSessionStore(
             REDIS_URL, ttl_s=60.0, max_episodes=2, prefix=redis_prefix, lock_wait_s=0.05
@@ -235,11 +192,11 @@ def test_redis_store_claim_is_a_lock_other_replicas_wait_for(redis_prefix: str) 
     store.create(make_record("a"))
     (claim,) = store.claim_many([("a", OWNER)])
     assert isinstance(claim, Claim)
-    assert replica.claim_many([("a", OWNER)]) == [None]  # held: try again later
-    with pytest.raises(EpisodeBusyError):
-        replica.mutate("a", OWNER, next_revision)
+    with pytest.raises(EpisodeBusyError) as busy:  # held past its wait: retryable
+        replica.delete("a", OWNER)
+    assert busy.value.retry_after is not None
     store.commit_many([(claim, next_revision(claim.record))])
-    assert replica.mutate("a", OWNER, next_revision).revision == 2
+    assert replica.delete("a", OWNER).revision == 1  # the held write, then the end
     store.close()
     replica.close()
 
@@ -275,7 +232,7 @@ def test_memory_store_idle_episode_expires_with_410_and_counts_eviction() -> Non
     store = InMemorySessionStore(ttl_s=10.0, max_episodes=1, clock=clock, on_evict=evicted.append)
     store.create(make_record("a"))
     clock.now = 5.0
-    store.mutate("a", OWNER, next_revision)  # a write keeps it alive
+    bump(store, "a")  # a write keeps it alive
     clock.now = 14.0
     assert store.get("a", OWNER).revision == 1
     clock.now = 16.0
@@ -316,7 +273,8 @@ def test_redis_store_lock_of_a_dead_replica_expires(
 ) -> None:
     store, connection = redis_with_episode_a
     connection.set(f"{redis_prefix}:lock:a", "dead-replica", px=50)  # it died holding the lock
-    assert store.mutate("a", OWNER, next_revision).revision == 1
+    assert store.claim_many([("a", OWNER)]) == [None]
+    assert store.delete("a", OWNER).episode_id == "a"  # waited for the lock to expire
 
 
 def test_redis_store_unreachable_raises_store_unavailable() -> None:

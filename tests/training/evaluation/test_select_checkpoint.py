@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from runtime.episodes import EpisodeResult, EpisodeSpec
-from runtime.protocol import SelectionRule
-from training.evaluation import select, selection
+from runtime.evaluation_protocol import SelectionRule
+from training.evaluation import checkpoint_scores
+from training.evaluation.select_checkpoint import select_best
 from training.export import policy_from_checkpoint
 from training.learn.checkpoint import load_checkpoint
 
@@ -52,8 +53,8 @@ def test_select_best_tries_scales_largest_first_and_keeps_the_admissible_one(
     checkpoint, _ = exported_policy
     keep_checkpoints(checkpoint, tmp_path, [3])
     calls: list[float] = []
-    monkeypatch.setattr(selection, "evaluate_model", fake_evaluate(calls))
-    path, evaluation = select.select_best(tmp_path, SelectionRule(0.9, 0.2))
+    monkeypatch.setattr(checkpoint_scores, "evaluate_model", fake_evaluate(calls))
+    path, evaluation = select_best(tmp_path, SelectionRule(0.9, 0.2))
     assert calls == [1.0, 0.8, 0.6]
     assert evaluation["admissible"] and evaluation["budget_scale"] == 0.6
     best = load_checkpoint(path)
@@ -68,10 +69,10 @@ def test_select_best_tries_scales_largest_first_and_keeps_the_admissible_one(
 
 def test_select_refuses_a_folder_without_kept_checkpoints(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="--keep-checkpoints"):
-        select.select_best(tmp_path, SelectionRule())
+        select_best(tmp_path, SelectionRule())
     (tmp_path / "step_0000003.pt").touch()
     with pytest.raises(SystemExit, match="from step 4 "):
-        select.select_best(tmp_path, SelectionRule(), from_step=4)
+        select_best(tmp_path, SelectionRule(), from_step=4)
 
 
 def test_select_reuses_what_it_measured_until_a_checkpoint_changes(
@@ -87,23 +88,23 @@ def test_select_reuses_what_it_measured_until_a_checkpoint_changes(
             raise KeyboardInterrupt
         return measure(*args)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(selection, "evaluate_model", interrupted_after_three)
+    monkeypatch.setattr(checkpoint_scores, "evaluate_model", interrupted_after_three)
     with pytest.raises(KeyboardInterrupt):
-        select.select_best(tmp_path, SelectionRule(0.9, 0.2))
+        select_best(tmp_path, SelectionRule(0.9, 0.2))
     assert len(json.loads((tmp_path / "selection.json").read_text())) == 3  # step 3, kept
 
-    monkeypatch.setattr(selection, "evaluate_model", measure)
+    monkeypatch.setattr(checkpoint_scores, "evaluate_model", measure)
     calls.clear()
-    _, evaluation = select.select_best(tmp_path, SelectionRule(0.9, 0.2))
+    _, evaluation = select_best(tmp_path, SelectionRule(0.9, 0.2))
     assert calls == [1.0, 0.8, 0.6]  # step 4 only
     assert evaluation["admissible"] and evaluation["budget_scale"] == 0.6
 
     calls.clear()
-    _, evaluation = select.select_best(tmp_path, SelectionRule(0.5, 0.2))  # a stricter rule
+    _, evaluation = select_best(tmp_path, SelectionRule(0.5, 0.2))  # a stricter rule
     assert calls == [] and not evaluation["admissible"]  # re-scored, not re-measured
 
     (tmp_path / "step_0000004.pt").touch()  # a rewritten checkpoint is measured again
-    select.select_best(tmp_path, SelectionRule(0.9, 0.2))
+    select_best(tmp_path, SelectionRule(0.9, 0.2))
     assert calls == [1.0, 0.8, 0.6]
 
 
@@ -121,13 +122,13 @@ def test_select_with_more_episodes_measures_again_on_that_many(
         episodes_asked.append(per_row)
         return fake_evaluate([])(model, stats, task, specs, scale)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(selection, "evaluate_model", measure)
+    monkeypatch.setattr(checkpoint_scores, "evaluate_model", measure)
     rule = SelectionRule(0.9, 0.2)
-    select.select_best(tmp_path, rule, budget_scales=(0.6,))
-    select.select_best(tmp_path, rule, budget_scales=(0.6,), episodes=7)
-    select.select_best(tmp_path, rule, budget_scales=(0.6,), episodes=7)  # reused
+    select_best(tmp_path, rule, budget_scales=(0.6,))
+    select_best(tmp_path, rule, budget_scales=(0.6,), episodes=7)
+    select_best(tmp_path, rule, budget_scales=(0.6,), episodes=7)  # reused
     # no count asked: the 7-episode rows are reused
-    _, evaluation = select.select_best(tmp_path, rule, budget_scales=(0.6,))
+    _, evaluation = select_best(tmp_path, rule, budget_scales=(0.6,))
     default = load_checkpoint(checkpoint)["config"]["eval_episodes"]
     assert episodes_asked == [default, 7]
     assert {row["episodes"] for row in evaluation["rows"]} == {7}
@@ -138,17 +139,17 @@ def test_select_on_fewer_checkpoints_or_other_scales_keeps_earlier_rows(
 ) -> None:
     checkpoint, _ = exported_policy
     keep_checkpoints(checkpoint, tmp_path, [3, 4])
-    monkeypatch.setattr(selection, "evaluate_model", fake_evaluate([]))
+    monkeypatch.setattr(checkpoint_scores, "evaluate_model", fake_evaluate([]))
     rule = SelectionRule(0.9, 0.2)
-    select.select_best(tmp_path, rule, budget_scales=(1.0,))
-    select.select_best(tmp_path, rule, from_step=4, budget_scales=(0.6,))
+    select_best(tmp_path, rule, budget_scales=(1.0,))
+    select_best(tmp_path, rule, from_step=4, budget_scales=(0.6,))
     listed = json.loads((tmp_path / "selection.json").read_text())
     assert [(row["checkpoint"], row["budget_scale"]) for row in listed] == [
         ("step_0000003.pt", 1.0),
         ("step_0000004.pt", 1.0),
         ("step_0000004.pt", 0.6),
     ]
-    select.select_best(tmp_path, rule, from_step=4, budget_scales=(0.6,))  # reused, not doubled
+    select_best(tmp_path, rule, from_step=4, budget_scales=(0.6,))  # reused, not doubled
     assert len(json.loads((tmp_path / "selection.json").read_text())) == 3
 
 
@@ -160,8 +161,10 @@ def test_select_calibrates_each_action_mode_when_no_one_scale_serves_both(
     checkpoint, _ = exported_policy
     keep_checkpoints(checkpoint, tmp_path, [3])
     calls: list[float] = []
-    monkeypatch.setattr(selection, "evaluate_model", fake_evaluate(calls, 1.2, 0.8))
-    path, evaluation = select.select_best(tmp_path, SelectionRule(0.9, 0.2))
+    monkeypatch.setattr(checkpoint_scores, "evaluate_model", fake_evaluate(calls, 1.2, 0.8))
+    # the toy data's frontier is flat; here it rises, so idle loose budgets count as failures
+    monkeypatch.setattr(checkpoint_scores, "flat_budgets", lambda *_: frozenset())
+    path, evaluation = select_best(tmp_path, SelectionRule(0.9, 0.2))
     assert calls == [1.0, 0.8, 0.6]
     assert evaluation["admissible"] and not evaluation["failures"]
     assert (evaluation["budget_scale"], evaluation["mean_action_budget_scale"]) == (0.6, 1.0)
@@ -186,6 +189,6 @@ def test_select_keeps_one_scale_when_it_serves_both_modes(
 ) -> None:
     checkpoint, _ = exported_policy
     keep_checkpoints(checkpoint, tmp_path, [3])
-    monkeypatch.setattr(selection, "evaluate_model", fake_evaluate([]))
-    _, evaluation = select.select_best(tmp_path, SelectionRule(0.9, 0.2))
+    monkeypatch.setattr(checkpoint_scores, "evaluate_model", fake_evaluate([]))
+    _, evaluation = select_best(tmp_path, SelectionRule(0.9, 0.2))
     assert evaluation["mean_action_budget_scale"] is None

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from runtime.card import CardTarget
 from runtime.episodes import EpisodeResult, EpisodeSpec
-from runtime.protocol import (
+from runtime.evaluation_protocol import (
     SelectionRule,
+    flat_budgets,
     report_seeds,
     selection_seeds,
     summarise,
@@ -99,3 +102,22 @@ def test_selection_rule_names_every_reason_a_checkpoint_fails() -> None:
         "kappa 0 sampled: mean cost 1 at budget 0",
         "kappa 0 sampled: 50% of episodes over budget > 20%",
     ]
+
+
+def test_flat_budgets_are_those_where_the_frontier_barely_rises() -> None:
+    # DroneRun's frontier: PF(10 / 20 / 40) = 385 / 388 / 418 over a reward range of 960
+    assert flat_budgets({10.0: 385.0, 20.0: 388.0, 40.0: 418.0}, 960.0) == {20.0, 40.0}
+    assert flat_budgets({10.0: 300.0, 20.0: 380.0, 40.0: 500.0}, 960.0) == frozenset()
+    assert flat_budgets({}, 960.0) == frozenset()
+
+
+def test_idle_policy_counts_where_the_frontier_is_flat() -> None:
+    idle = summarise(
+        results(10.0, [4.0] * 5) + results(20.0, [4.0] * 5) + results(40.0, [4.0] * 5),
+        (0.0, 600.0),
+    )
+    rule = SelectionRule()
+    assert not rule.admissible(idle)
+    flat = dataclasses.replace(rule, flat_budgets=frozenset({20.0, 40.0}))
+    assert flat.admissible(idle)
+    assert flat.score(idle) > 0

@@ -1,48 +1,43 @@
-"""`GuardedHTTPProtocol`: a real uvicorn server in a thread, probed with raw sockets."""
+"""The guarded protocols: a real uvicorn server in a thread, probed with raw sockets and a
+websocket client."""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 import socket
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
 from websockets.sync.client import connect
 
 from service.config import Settings
+from service.http_guard import connection_timeouts, is_utf8
 from service.main import create_app
-from service.protocol import GuardedHTTPProtocol, connection_timeouts
 from service.repository import ModelRepository
 from service.schemas import ReloadResult
+from tests.service.live_server import captured_logs, live_server
 
 TIMEOUT_S = 0.2
 """Header and keep-alive timeout of the test server; sockets wait up to 10 s for its close."""
 REQUEST = b"GET /livez HTTP/1.1\r\nHost: test\r\n\r\n"
 PARTIAL_HEAD = b"GET /livez HTTP/1.1\r\nHost: test\r\n"
+START = json.dumps(
+    {"type": "start", "model": "toy", "target_reward": 1.0, "target_cost": 1.0}
+    | {"observation": [0.0, 0.0, 0.0]}
+)
 
 
 @pytest.fixture
 def port(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
-    """Serve the app with the guarded protocol on a free port of 127.0.0.1."""
+    """Serve the app with the guarded protocols on a free port of 127.0.0.1."""
     monkeypatch.setenv("CDT_HTTP_HEADER_TIMEOUT_S", str(TIMEOUT_S))
     monkeypatch.setenv("CDT_HTTP_KEEP_ALIVE_S", str(TIMEOUT_S))
     connection_timeouts.cache_clear()
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(create_app(settings), http=GuardedHTTPProtocol, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]})
-    thread.start()
-    while not server.started and thread.is_alive():
-        time.sleep(0.01)
-    yield int(listener.getsockname()[1])
-    server.should_exit = True
-    thread.join(timeout=10)
-    listener.close()
+    with live_server(create_app(settings)) as served_port:
+        yield served_port
     connection_timeouts.cache_clear()
 
 
@@ -106,8 +101,34 @@ def test_request_slower_than_the_header_timeout_is_answered(
 
 
 def test_websocket_outlives_the_header_timeout(port: int) -> None:
-    start = {"type": "start", "model": "toy", "target_reward": 1.0, "target_cost": 1.0}
     with connect(f"ws://127.0.0.1:{port}/v1/stream", open_timeout=10) as websocket:
         time.sleep(2 * TIMEOUT_S)  # past the head timer the upgrade must have cancelled
-        websocket.send(json.dumps(start | {"observation": [0.0, 0.0, 0.0]}))
+        websocket.send(START)
         assert json.loads(websocket.recv(timeout=10))["type"] == "action"
+
+
+def test_websocket_text_frame_that_is_not_utf8_is_an_ordinary_invalid_frame(port: int) -> None:
+    with (
+        captured_logs() as logs,
+        connect(f"ws://127.0.0.1:{port}/v1/stream", open_timeout=10) as websocket,
+    ):
+        for _ in range(2):
+            websocket.send(b'{"type": "end", "episode_id": "\xff"}', text=True)
+            error = json.loads(websocket.recv(timeout=10))
+            assert (error["type"], error["status"], error["code"]) == (
+                "error",
+                422,
+                "validation_error",
+            )
+        websocket.send(START)  # the socket stays open for its other episodes
+        assert json.loads(websocket.recv(timeout=10))["type"] == "action"
+    assert max(logs.levels, default=logging.NOTSET) < logging.ERROR, logs.lines
+    assert not [line for line in logs.lines if "Traceback" in line]
+
+
+@pytest.mark.parametrize(
+    ("fragments", "expected"),
+    [([b"{}"], True), (["é".encode(), b"x"], True), ([b"\xc3", b"\xa9"], True), ([b"\xff"], False)],
+)
+def test_is_utf8_checks_the_whole_message(fragments: list[bytes], expected: bool) -> None:
+    assert is_utf8(fragments) is expected

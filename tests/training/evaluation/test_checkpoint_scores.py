@@ -1,4 +1,4 @@
-"""Checkpoint selection runs what the service serves (training/evaluation/selection.py)."""
+"""Checkpoint scores run what the service serves (training/evaluation/checkpoint_scores.py)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from fastapi.testclient import TestClient
 
 from runtime.card import update_card
 from runtime.episodes import EpisodePolicy, EpisodeSpec, run_episodes
+from runtime.evaluation_protocol import SelectionRule, selection_seeds, selection_specs
 from runtime.policy import Policy
-from runtime.protocol import selection_seeds, selection_specs
 from service.config import Settings
 from service.main import create_app
 from tests.runtime.toy_env import ToyEnv, toy_env_factory
 from training.data.windows import NormalisationStats
+from training.evaluation.checkpoint_scores import for_data, torch_episode_policy
 from training.evaluation.evaluate import onnx_episode_policy
-from training.evaluation.selection import torch_episode_policy
 from training.export import policy_from_checkpoint
 from training.learn.checkpoint import load_checkpoint
 
@@ -206,3 +206,21 @@ def test_selection_specs_cover_every_budget_and_mode_on_selection_seeds() -> Non
     assert {(s.target_reward, s.target_cost) for s in specs} == {(500.0, 10.0), (560.0, 20.0)}
     assert {s.deterministic for s in specs} == {False, True}
     assert {s.seed for s in specs} == set(selection_seeds(3))
+
+
+def test_selection_on_flat_frontier_data_does_not_ask_for_idle_budgets_to_be_spent() -> None:
+    drone_run_like = {
+        "default_targets": [
+            {"reward": 481.0, "cost": 10.0},
+            {"reward": 484.0, "cost": 20.0},
+            {"reward": 514.0, "cost": 40.0},
+        ],
+        "reward_return_min": -351.0,
+        "reward_return_max": 609.0,
+    }
+    assert for_data(SelectionRule(), drone_run_like).flat_budgets == {20.0, 40.0}
+    targets = [
+        {"reward": reward, "cost": cost} for reward, cost in ((300, 10), (420, 20), (560, 40))
+    ]
+    rising = {**drone_run_like, "default_targets": targets}
+    assert for_data(SelectionRule(), rising).flat_budgets == frozenset()

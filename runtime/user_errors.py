@@ -1,0 +1,94 @@
+"""The one way every `cdt` command reports a user's mistake: one line on stderr, exit code 2.
+
+A `UserError` names what is wrong with the input (a bad value, a missing or corrupt file, an
+output that would replace earlier work) in one line; the command stops before writing anything.
+Everything else that escapes a command is our own bug and keeps its traceback.
+`cdt_cli` applies `exit_on_user_errors` to every subcommand; each command's `main` may apply it
+too (`python -m training.export ...` answers the same way).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import NoReturn, ParamSpec, TypeVar
+
+USER_ERROR_EXIT = 2
+"""The exit code of every user mistake (argparse's, for a bad option, is the same)."""
+
+Params = ParamSpec("Params")
+Result = TypeVar("Result")
+
+
+class UserError(Exception):
+    """A command's input cannot work: reported as one line naming the problem, exit code 2."""
+
+
+# The optional dependencies, by the name `import` reports, and the extra that installs each.
+EXTRAS: dict[str, str] = {
+    **dict.fromkeys(
+        ("torch", "h5py", "tyro", "onnx", "onnxscript", "matplotlib", "tensorboard"), "train"
+    ),
+    **dict.fromkeys(
+        (
+            "fastapi",
+            "starlette",
+            "uvicorn",
+            "onnxruntime",
+            "pydantic_settings",
+            "prometheus_client",
+            "redis",
+        ),
+        "serve",
+    ),
+    **dict.fromkeys(("httpx", "websockets"), "client"),
+    **dict.fromkeys(("gymnasium", "bullet_safety_gym", "pybullet"), "sim"),
+}
+
+
+def one_line(error: BaseException | str) -> str:
+    """The error's message on one line (pydantic and others write several)."""
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def missing_extra(error: ModuleNotFoundError) -> str | None:
+    """The extra that installs the module `error` misses, or None when it is none of ours."""
+    return EXTRAS.get((error.name or "").split(".")[0])
+
+
+def stop(prog: str, message: BaseException | str) -> NoReturn:
+    """Write `prog: message` as one line on stderr and exit with USER_ERROR_EXIT."""
+    sys.stderr.write(f"{prog}: {one_line(message)}\n")
+    raise SystemExit(USER_ERROR_EXIT)
+
+
+def exit_on_user_errors(
+    prog: str, *error_types: type[Exception]
+) -> Callable[[Callable[Params, Result]], Callable[Params, Result]]:
+    """Decorate a command's `main`: a `UserError` (or one of `error_types`, the user-facing
+    errors of libraries the command calls) and a missing optional dependency each become one
+    line and exit code 2; any other exception keeps its traceback."""
+    caught: tuple[type[Exception], ...] = (UserError, *error_types)
+
+    def decorate(main: Callable[Params, Result]) -> Callable[Params, Result]:
+        @functools.wraps(main)
+        def run(*args: Params.args, **kwargs: Params.kwargs) -> Result:
+            try:
+                return main(*args, **kwargs)
+            except caught as error:
+                stop(prog, error)
+            except ModuleNotFoundError as error:
+                extra = missing_extra(error)
+                if extra is None:
+                    raise
+                stop(prog, install_hint(error.name or "", extra))
+
+        return run
+
+    return decorate
+
+
+def install_hint(module: str, extra: str) -> str:
+    """What to install for a missing optional dependency (one line)."""
+    return f"needs {module}, from the [{extra}] extra: pip install -e '.[{extra}]'"

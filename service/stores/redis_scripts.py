@@ -1,0 +1,73 @@
+"""The Lua scripts of `RedisSessionStore`: each check-and-write runs atomically in Redis.
+
+Every script gets KEYS: episode (hash: data, revision, owner), known (the 410 tombstone,
+"reason:owner"), live (all live ids by deadline), owned (the owner's live ids), lock; `RELEASE`
+gets the lock alone. A write's ARGV: data, revision, now_ms, ttl_ms, known_ttl_ms, id, owner.
+"""
+
+from __future__ import annotations
+
+_WRITE = """
+redis.call('HSET', KEYS[1], 'data', ARGV[1], 'revision', ARGV[2], 'owner', ARGV[7])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+redis.call('SET', KEYS[2], 'expired:' .. ARGV[7], 'PX', ARGV[5])
+redis.call('ZADD', KEYS[3], ARGV[3] + ARGV[4], ARGV[6])
+redis.call('ZADD', KEYS[4], ARGV[3] + ARGV[4], ARGV[6])
+redis.call('PEXPIRE', KEYS[4], ARGV[4])
+"""
+CREATE = (
+    """
+local evicted = redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[3])
+if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[8]) then return {-1, evicted} end
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', ARGV[3])
+local quota = tonumber(ARGV[9])
+if quota > 0 and redis.call('ZCARD', KEYS[4]) >= quota then return {-2, evicted} end
+"""
+    + _WRITE
+    + "return {1, evicted}"
+)
+"""ARGV: a write's, then the cap and the owner's quota (0: none). {1 | -1 (full) | -2 (quota),
+episodes evicted}."""
+_FIND = """
+local found = redis.call('HMGET', KEYS[1], 'data', 'owner')
+if not found[1] or (found[2] or '') ~= ARGV[1] then
+  return {-1, redis.call('GET', KEYS[2]) or ''}
+end
+"""
+"""The episode as found[1] if ARGV[1] owns it, else returns {-1, tombstone or ''} (404 or 410)."""
+ACQUIRE = (
+    _FIND
+    + """
+if not redis.call('SET', KEYS[5], ARGV[2], 'NX', 'PX', ARGV[3]) then return {0, ''} end
+return {1, found[1]}
+"""
+)
+"""ARGV: owner, token, lock_ttl_ms. {1, data}, or {0, ''} while another request holds the lock."""
+COMMIT = (
+    """
+if redis.call('GET', KEYS[5]) ~= ARGV[8] then return 0 end
+redis.call('DEL', KEYS[5])
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+"""
+    + _WRITE
+    + "return 1"
+)
+"""ARGV: a write's, then the lock token. 1, or 0: the lock expired (the batch outlived
+lock_ttl_s), or -1: the episode expired meanwhile."""
+RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 0
+"""
+"""KEYS: lock. ARGV: token."""
+DELETE = (
+    _FIND
+    + """
+if redis.call('EXISTS', KEYS[5]) == 1 then return {0, ''} end
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[3], ARGV[3])
+redis.call('ZREM', KEYS[4], ARGV[3])
+redis.call('SET', KEYS[2], 'ended:' .. ARGV[1], 'PX', ARGV[2])
+return {1, found[1]}
+"""
+)
+"""ARGV: owner, ended_ttl_ms, id. {1, data}, or {0, ''} while a batch holds the lock."""

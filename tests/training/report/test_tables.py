@@ -1,0 +1,77 @@
+"""`cdt report`'s Table 1 rendering on hand-built results (training/report/tables.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from training.report.tables import (
+    AVERAGE,
+    RunResult,
+    build_table,
+    card_training,
+    render_markdown,
+    table_json,
+)
+
+RESULTS = [
+    RunResult("bc-all", "CarRun", 0, reward=90.0, cost=2.0),
+    RunResult("bc-all", "CarRun", 1, reward=70.0, cost=1.6),
+    RunResult("bc-all", "BallRun", 0, reward=80.0, cost=1.5),
+    RunResult("bc-safe", "CarRun", 0, reward=50.0, cost=0.4),
+    RunResult("bc-safe", "BallRun", 0, reward=60.0, cost=0.2),
+    RunResult("cdt", "CarRun", 0, reward=70.0, cost=0.8),
+    RunResult("cdt", "BallRun", 0, reward=30.0, cost=1.2),
+]
+
+
+def test_build_table_averages_seeds_then_tasks() -> None:
+    table = build_table(RESULTS)
+    assert table.tasks == ["CarRun", "BallRun", AVERAGE]
+    assert table.algorithms == ["bc-all", "bc-safe", "cdt"]
+    car = table.cells["bc-all", "CarRun"]
+    assert (car.reward, car.cost, car.runs) == (pytest.approx(80.0), pytest.approx(1.8), 2)
+    assert table.cells["cdt", AVERAGE].reward == pytest.approx(50.0)
+    assert table.cells["cdt", AVERAGE].cost == pytest.approx(1.0)
+    assert table.best_safe("CarRun") == "cdt"
+    assert table.best_safe("BallRun") == "bc-safe"
+    assert table.best_safe(AVERAGE) == "bc-safe"  # cdt's average cost is exactly 1: safe
+    assert table.cells["cdt", AVERAGE].safe
+
+
+def test_build_table_partial_row_has_no_average() -> None:
+    table = build_table([*RESULTS, RunResult("cpq", "CarRun", 0, reward=10.0, cost=0.1)])
+    assert ("cpq", AVERAGE) not in table.cells
+    assert "n/a" in render_markdown(table, "T", "cdt report", 10.0)
+
+
+def test_render_markdown_marks_safe_unsafe_and_best_safe() -> None:
+    markdown = render_markdown(build_table(RESULTS), "Table 1", "cdt report --seeds 2", 10.0)
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in markdown.splitlines()}
+    assert lines["BC-All"].startswith("| BC-All | 80.0† | 1.80† | 80.0† | 1.50† |")
+    assert "| **70.0** ★ | **0.80** |" in lines["CDT"]  # best safe on CarRun
+    assert "| 30.0† | 1.20† |" in lines["CDT"]  # unsafe on BallRun
+    assert "| **60.0** ★ | **0.20** |" in lines["BC-Safe"]
+    header = markdown.splitlines()[2]
+    assert "CarRun reward ↑" in header and "Average cost ↓" in header
+    assert "Made by: `cdt report --seeds 2`" in markdown
+    assert "kappa = 10" in markdown
+
+
+def test_table_json_flags_safety_and_best() -> None:
+    payload = table_json(build_table(RESULTS))
+    assert payload["cdt"]["CarRun"]["best_safe"] is True
+    assert payload["bc-all"]["CarRun"]["safe"] is False
+    assert payload["bc-safe"]["BallRun"]["runs"] == 1
+
+
+def test_card_training_prefers_the_selected_checkpoints_step() -> None:
+    planned = {"training_config": {"update_steps": 100_000}, "training": {"train_seconds": 5.0}}
+    assert card_training(planned) == (100_000, 5.0)
+    assert card_training({**planned, "training_step": 18_000}) == (18_000, 5.0)
+    assert card_training({"training_config": {"steps": 5_000}}) == (5_000, None)
+
+
+def test_build_table_without_the_average_column() -> None:
+    table = build_table(RESULTS, average=False)
+    assert table.tasks == ["CarRun", "BallRun"]
+    assert not any(task == AVERAGE for _, task in table.cells)

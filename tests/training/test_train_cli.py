@@ -1,0 +1,78 @@
+"""`cdt train` (training/train_cli.py): the CLI, its one-line errors, and the checkpoint
+evaluation it hands the training loop."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime.episodes import EpisodeResult
+from tests.training.cdt_synthetic import write_dataset
+from training.evaluation import checkpoint_scores
+from training.learn.checkpoint import load_checkpoint
+from training.train_cli import main
+
+
+@pytest.fixture(scope="module")
+def dataset_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_dataset(tmp_path_factory.mktemp("data") / "tiny.hdf5")
+
+
+TINY = ["--update-steps", "2", "--batch-size", "2", "--embedding-dim", "8", "--num-heads", "2",
+        "--num-layers", "1", "--no-tensorboard"]  # fmt: skip
+
+
+def test_train_cli_trains_and_prints_the_checkpoint(
+    dataset_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    argv = ["--dataset", str(dataset_path), "--out-dir", str(tmp_path), "--run-name", "cli"]
+    main([*argv, *TINY, "--eval-every", "0"])
+    assert (tmp_path / "cli" / "last.pt").is_file()
+    assert "last.pt" in capsys.readouterr().out
+
+
+def test_train_cli_refuses_missing_files_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    for flag in ("--dataset", "--resume"):
+        with pytest.raises(SystemExit) as stopped:
+            main([flag, str(tmp_path / "missing")])
+        assert stopped.value.code == 2
+        error = capsys.readouterr().err
+        assert error.startswith(f"cdt train: {flag} ") and error.count("\n") == 1
+
+
+def test_train_cli_refuses_corrupt_files_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    corrupt = tmp_path / "corrupt.hdf5"
+    corrupt.write_text("not hdf5")
+    with pytest.raises(SystemExit) as stopped:
+        main(["--dataset", str(corrupt)])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith("cdt train: not a readable HDF5 file") and error.count("\n") == 1
+
+
+def test_train_cli_scores_checkpoints_in_the_simulator_and_keeps_the_best(
+    dataset_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    episodes: list[int] = []
+
+    def simulated(model: Any, stats: Any, task: str, specs: Any, budget_scale: float) -> Any:
+        episodes.append(len(specs))  # every budget within its share: admissible
+        return [EpisodeResult(spec, 100.0, 0.5 * spec.target_cost, 10) for spec in specs]
+
+    monkeypatch.setattr(checkpoint_scores, "evaluate_model", simulated)
+    argv = ["--dataset", str(dataset_path), "--out-dir", str(tmp_path), "--run-name", "scored"]
+    main([*argv, *TINY, "--eval-every", "1", "--eval-episodes", "2"])
+    run = tmp_path / "scored"
+    assert len(episodes) == 2  # steps 1 and 2
+    best = load_checkpoint(run / "best.pt")
+    assert best["evaluation"]["protocol"] == "selection" and best["evaluation"]["admissible"]
+    with (run / "eval.csv").open() as file:
+        rows = list(csv.DictReader(file))
+    assert [int(row["step"]) for row in rows] == [1, 2] and "score" in rows[0]

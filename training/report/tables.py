@@ -1,0 +1,189 @@
+"""The paper's Table 1 from evaluated runs: seed means, the average column, Markdown and JSON.
+
+Pure: `build_table`, `render_markdown` and `table_json` work on hand-built `RunResult`s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from training.baselines import NAMES_IN_PAPER
+
+AVERAGE = "Average"
+SAMPLED_SUFFIX = "-sampled"
+"""Row suffix of an algorithm evaluated with sampled actions, shown beside the convention's row."""
+DISPLAY_NAMES = {
+    **NAMES_IN_PAPER,
+    "cdt": "CDT",
+    "cdt-sampled": "CDT (sampled actions)",
+    "dt": "DT",
+}
+
+
+class RunResult(NamedTuple):
+    """One evaluated model: normalised scores (reward, cost) of one algorithm, task and seed."""
+
+    algo: str
+    task: str
+    seed: int
+    reward: float
+    cost: float
+    train_steps: int | None = None
+    """gradient steps of its training run, from the model card."""
+    train_seconds: float | None = None
+    """training wall time, where the card records it."""
+
+
+def card_training(card: dict[str, Any]) -> tuple[int | None, float | None]:
+    """(gradient steps, training seconds) of a model card: baseline or sequence-model layout."""
+    config = card.get("training_config") or {}
+    # a selected checkpoint records the step it was taken at; the config only the run's plan
+    steps = card.get("training_step", config.get("steps", config.get("update_steps")))
+    seconds = (card.get("training") or {}).get("train_seconds")
+    return (None if steps is None else int(steps)), seconds
+
+
+class Cell(NamedTuple):
+    """One table entry: seed means and standard deviations."""
+
+    reward: float
+    cost: float
+    reward_std: float
+    cost_std: float
+    runs: int
+
+    @property
+    def safe(self) -> bool:
+        return self.cost <= 1.0
+
+
+@dataclass(frozen=True)
+class Table:
+    """Rows (algorithms) x columns (tasks, then the average) of cells."""
+
+    algorithms: list[str]
+    tasks: list[str]
+    cells: dict[tuple[str, str], Cell]
+
+    def best_safe(self, task: str) -> str | None:
+        """The safe algorithm with the highest reward in column `task`, if any is safe (rows
+        with sampled actions are shown beside, not ranked)."""
+        safe = [
+            (cell.reward, algo)
+            for algo in self.algorithms
+            if (cell := self.cells.get((algo, task))) is not None
+            and cell.safe
+            and not algo.endswith(SAMPLED_SUFFIX)
+        ]
+        return max(safe)[1] if safe else None
+
+
+def _cell(rewards: Sequence[float], costs: Sequence[float]) -> Cell:
+    return Cell(
+        reward=float(np.mean(rewards)),
+        cost=float(np.mean(costs)),
+        reward_std=float(np.std(rewards)),
+        cost_std=float(np.std(costs)),
+        runs=len(rewards),
+    )
+
+
+def build_table(results: Sequence[RunResult], average: bool = True) -> Table:
+    """Average seeds per (algo, task); the average column (if `average`) averages the task
+    means."""
+    algorithms = list(dict.fromkeys(result.algo for result in results))
+    tasks = list(dict.fromkeys(result.task for result in results))
+    cells: dict[tuple[str, str], Cell] = {}
+    for algo in algorithms:
+        for task in tasks:
+            runs = [r for r in results if r.algo == algo and r.task == task]
+            if runs:
+                cells[algo, task] = _cell([r.reward for r in runs], [r.cost for r in runs])
+        row = [cells[algo, task] for task in tasks if (algo, task) in cells]
+        if average and len(row) == len(tasks):  # an average over a partial row would mislead
+            cells[algo, AVERAGE] = _cell([c.reward for c in row], [c.cost for c in row])
+    return Table(algorithms=algorithms, tasks=[*tasks, AVERAGE] if average else tasks, cells=cells)
+
+
+def _format_pair(cell: Cell | None, best: bool) -> list[str]:
+    if cell is None:
+        return ["n/a", "n/a"]
+    reward, cost = f"{cell.reward:.1f}", f"{cell.cost:.2f}"
+    if not cell.safe:
+        return [f"{reward}†", f"{cost}†"]
+    return [f"**{reward}**" + (" ★" if best else ""), f"**{cost}**"]
+
+
+def render_markdown(
+    table: Table,
+    title: str,
+    command: str,
+    cost_limit: float,
+    steps: dict[str, list[int]] | None = None,
+) -> str:
+    """Table 1 layout: a reward and a cost column per task and for the average.
+
+    `steps`: gradient steps per algorithm (`steps_by_algorithm`), listed under the table.
+    """
+    header = ["Algorithm"]
+    for task in table.tasks:
+        header += [f"{task} reward ↑", f"{task} cost ↓"]
+    lines = [f"# {title}", "", "| " + " | ".join(header) + " |"]
+    lines.append("|---" + "|---:" * (len(header) - 1) + "|")
+    best = {task: table.best_safe(task) for task in table.tasks}
+    for algo in table.algorithms:
+        row = [DISPLAY_NAMES.get(algo, algo)]
+        for task in table.tasks:
+            row += _format_pair(table.cells.get((algo, task)), best[task] == algo)
+        lines.append("| " + " | ".join(row) + " |")
+    runs = sorted({cell.runs for (_, task), cell in table.cells.items() if task != AVERAGE})
+    lines += [
+        "",
+        "Scores as `cdt evaluate` computes them: normalised reward 100 (R - R_min) / "
+        "(R_max - R_min) over the dataset's return range, normalised cost C / kappa (plus a "
+        f"small epsilon) with kappa = {cost_limit:g}; mean over {'/'.join(map(str, runs))} "
+        "training seed(s). Every row acts with the policy's mean action; rows marked "
+        "(sampled actions) sample from the same policy's Gaussian.",
+        "**Bold**: safe (normalised cost <= 1). †: unsafe. ★: highest reward among the safe "
+        "algorithms of that column.",
+    ]
+    if steps:
+        counts = [
+            f"{DISPLAY_NAMES.get(algo, algo)} {'/'.join(f'{n:,}' for n in steps[algo])}"
+            for algo in table.algorithms
+            if algo in steps
+        ]
+        lines.append(f"Gradient steps per training run: {'; '.join(counts)}.")
+    lines += ["", f"Made by: `{command}`", ""]
+    return "\n".join(lines)
+
+
+def table_json(table: Table) -> dict[str, dict[str, dict[str, Any]]]:
+    """The table as {algo: {task: {reward, cost, reward_std, cost_std, runs, safe, best}}}."""
+    best = {task: table.best_safe(task) for task in table.tasks}
+    return {
+        algo: {
+            task: {**cell._asdict(), "safe": cell.safe, "best_safe": best[task] == algo}
+            for task in table.tasks
+            if (cell := table.cells.get((algo, task))) is not None
+        }
+        for algo in table.algorithms
+    }
+
+
+def steps_by_algorithm(results: Sequence[RunResult]) -> dict[str, list[int]]:
+    """The distinct gradient-step counts of each algorithm's runs."""
+    steps: dict[str, set[int]] = {}
+    for result in results:
+        if result.train_steps is not None:
+            steps.setdefault(result.algo, set()).add(result.train_steps)
+    return {algo: sorted(counts) for algo, counts in steps.items()}
+
+
+def short_task(task: str) -> str:
+    """SafetyCarRun-v0 -> CarRun."""
+    return task.removeprefix("Safety").rsplit("-v", 1)[0]
