@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -22,6 +22,14 @@ REPORTED_BUDGETS = (10.0, 20.0, 40.0)
 
 SELECTION_SEED_BASE = 5_000_000
 """Selection episodes use seeds from here on; reported evaluations use 0 .. seeds * 10,000."""
+VALIDATION_SEED_BASE = 6_000_000
+"""Validation episodes (ship decisions) use seeds from here on."""
+
+SeedSplit = Literal["selection", "validation", "test"]
+"""The three jobs of evaluation seeds, never mixed: `selection` chooses checkpoints and budget
+scales, `validation` decides what ships, `test` is the reported evaluation, run once per shipped
+model and never used to choose anything."""
+SEED_SPLITS: tuple[SeedSplit, ...] = ("selection", "validation", "test")
 
 
 def action_mode(deterministic: bool) -> str:
@@ -37,6 +45,17 @@ def report_seeds(episodes: int, seeds: int) -> list[tuple[int, ...]]:
 def selection_seeds(episodes: int) -> list[int]:
     """Seeds for checkpoint selection, disjoint from every `report_seeds` seed."""
     return [SELECTION_SEED_BASE + e for e in range(episodes)]
+
+
+def split_seeds(split: SeedSplit, episodes: int, seeds: int) -> list[tuple[int, ...]]:
+    """`seeds` groups of `episodes` seeds of one split; groups and splits never share a seed
+    (episodes < 10,000 per group)."""
+    if not 0 < episodes <= 10_000 or seeds < 1:
+        raise ValueError("a split needs 1-10,000 episodes per seed and at least one seed")
+    base = {"selection": SELECTION_SEED_BASE, "validation": VALIDATION_SEED_BASE, "test": 0}[split]
+    if split == "test" and seeds > 500:
+        raise ValueError("the test split owns seeds 0 .. 4,999,999 (500 groups)")
+    return [tuple(base + s * 10_000 + e for e in range(episodes)) for s in range(seeds)]
 
 
 class TargetLike(Protocol):

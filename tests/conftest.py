@@ -15,6 +15,14 @@ with warnings.catch_warnings():
     import fastapi.testclient  # noqa: F401
 
 
+@pytest.fixture(autouse=True)
+def private_ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Commands under test append to a ledger of their own, never to reports/ledger.jsonl."""
+    path = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("CDT_LEDGER", str(path))
+    return path
+
+
 @pytest.fixture(scope="session")
 def exported_policy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(checkpoint, export dir) of a 3-step CDT run with every model option that changes the

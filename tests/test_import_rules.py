@@ -29,6 +29,7 @@ FIRST_PARTY = {"training", "runtime", "service", "clients", "tests", "bench", "c
 LAYERS = {
     "provenance": "common",
     "pid_lagrangian": "common",
+    "ledger": "common",
     "data": "data",
     "collect": "collect",
     "learn": "learn",

@@ -9,10 +9,12 @@ import pytest
 from runtime.card import CardTarget
 from runtime.episodes import EpisodeResult, EpisodeSpec
 from runtime.evaluation_protocol import (
+    SEED_SPLITS,
     SelectionRule,
     flat_budgets,
     report_seeds,
     selection_seeds,
+    split_seeds,
     summarise,
     target_reward_for,
 )
@@ -121,3 +123,18 @@ def test_idle_policy_counts_where_the_frontier_is_flat() -> None:
     flat = dataclasses.replace(rule, flat_budgets=frozenset({20.0, 40.0}))
     assert flat.admissible(idle)
     assert flat.score(idle) > 0
+
+
+def test_seed_splits_never_share_a_seed() -> None:
+    owned = {
+        split: {seed for group in split_seeds(split, 60, 3) for seed in group}
+        for split in SEED_SPLITS
+    }
+    assert all(len(seeds) == 180 for seeds in owned.values())
+    assert not owned["selection"] & owned["validation"]
+    assert not owned["selection"] & owned["test"]
+    assert not owned["validation"] & owned["test"]
+    assert split_seeds("test", 10, 2) == report_seeds(10, 2)  # the reported seeds are the test
+    assert set(selection_seeds(60)) == owned["selection"] & set(range(5_000_000, 5_000_060))
+    with pytest.raises(ValueError):
+        split_seeds("validation", 0, 1)

@@ -13,6 +13,7 @@ may never be the input. They are written atomically; the summary and the plot ar
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -236,6 +237,23 @@ def _run_filter(args: Namespace) -> None:
     _report(dataset, _with_step(dataset, [dataset.episodes[int(i)] for i in kept], step), args)
 
 
+def _run_relayout(args: Namespace) -> None:
+    """`expand` (the full DSRL layout) or `compact` (module docstring of dataset.py)."""
+    dataset = load_dataset(args.file)
+    save_dataset(args.out, dataset.episodes, dataset.attrs, compact=args.command == "compact")
+    digest = hashlib.sha256(Path(args.out).read_bytes()).hexdigest()
+    print(f"wrote {args.out}: {len(dataset.episodes)} episodes, sha256 {digest}")
+
+
+def _add_relayout(subparsers: Any) -> None:
+    for name, text in (
+        ("expand", "write the full DSRL layout (next_observations included) of any dataset"),
+        ("compact", "write the compact layout: next_observations rebuilt on load, ~40 % smaller"),
+    ):
+        parser = _subparser(subparsers, name, text + "; same input, same bytes", _run_relayout)
+        _add_io(parser, with_threshold=False)
+
+
 def _fraction(text: str) -> float:
     value = float(text)
     if not 0 < value <= 1:
@@ -313,7 +331,7 @@ def build_parser() -> ArgumentParser:
         prog="cdt dataset", description="Inspect and transform offline safe-RL datasets."
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_inspect, _add_reduce, _add_outliers, _add_filter):
+    for add in (_add_inspect, _add_reduce, _add_outliers, _add_filter, _add_relayout):
         add(subparsers)
     return parser
 

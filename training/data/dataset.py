@@ -3,6 +3,11 @@
 A file holds flat per-transition arrays (`observations`, `next_observations`, `actions`, `rewards`,
 `costs`, `terminals`, `timeouts`) and attributes naming the env and how the data was made. A file
 written by DSRL loads unchanged.
+
+The compact layout (attribute `layout = "compact"`) leaves out `next_observations`, which within
+an episode repeat the next row's `observations`, and keeps only each episode's last one
+(`final_observations`, [episodes, obs_dim]): about 40 % smaller, and loading rebuilds the DSRL
+arrays exactly (`cdt dataset expand` writes them back out).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from runtime.files import write_atomic
 from runtime.user_errors import UserError
 
 FLOAT_KEYS = ("observations", "next_observations", "actions", "rewards", "costs")
+COMPACT_LAYOUT = "compact"
+FINAL_OBSERVATIONS = "final_observations"  # compact layout: each episode's last next_observation
 FLAG_KEYS = ("terminals", "timeouts")
 REQUIRED_KEYS = FLOAT_KEYS + FLAG_KEYS
 VECTOR_KEYS = ("rewards", "costs", "terminals", "timeouts")  # [transitions], one value per step
@@ -202,9 +209,29 @@ def load_dataset(path: str | Path) -> OfflineDataset:
                     raise DatasetError(f"{key!r} is an HDF5 group, expected a dataset: {path}")
             arrays = {key: np.asarray(file[key]) for key in REQUIRED_KEYS if key in file}
             attrs = {key: _decode_attr(value) for key, value in file.attrs.items()}
+            if attrs.get("layout") == COMPACT_LAYOUT:
+                arrays["next_observations"] = _next_observations(arrays, file)
     except OSError as error:
         raise DatasetError(f"not a readable HDF5 file: {path} ({error})") from error
     return OfflineDataset(episodes=split_episodes(arrays), attrs=attrs)
+
+
+def _next_observations(arrays: dict[str, np.ndarray], file: h5py.File) -> np.ndarray:
+    """A compact file's `next_observations`: the next row's observation within an episode, the
+    stored final one at each episode's end."""
+    if FINAL_OBSERVATIONS not in file or "observations" not in arrays:
+        raise DatasetError(f"a compact file needs {FINAL_OBSERVATIONS!r} and 'observations'")
+    observations, finals = arrays["observations"], np.asarray(file[FINAL_OBSERVATIONS])
+    ends = np.flatnonzero(
+        np.asarray(arrays.get("terminals", [])).astype(bool)
+        | np.asarray(arrays.get("timeouts", [])).astype(bool)
+    )
+    if finals.shape != (len(ends), *observations.shape[1:]):
+        raise DatasetError(f"{FINAL_OBSERVATIONS!r} needs one row per episode end")
+    next_observations = np.empty_like(observations)
+    next_observations[:-1] = observations[1:]
+    next_observations[ends] = finals
+    return next_observations
 
 
 def read_task(path: str | Path) -> str:
@@ -236,15 +263,30 @@ def concatenate_episodes(episodes: Sequence[Episode]) -> dict[str, np.ndarray]:
     }
 
 
-def save_dataset(path: str | Path, episodes: Sequence[Episode], attrs: dict[str, Any]) -> Path:
-    """Write episodes as a compressed DSRL HDF5 file, atomically (temp file, then rename)."""
+def save_dataset(
+    path: str | Path, episodes: Sequence[Episode], attrs: dict[str, Any], compact: bool = False
+) -> Path:
+    """Write episodes as a compressed DSRL HDF5 file, atomically (temp file, then rename);
+    `compact` writes the compact layout (module docstring). The bytes depend only on the
+    episodes and attributes, so the same data always gives the same file."""
     arrays = concatenate_episodes(episodes)
+    attrs = {key: value for key, value in attrs.items() if key != "layout"}
+    if compact:
+        finals = np.stack([episode.next_observations[-1] for episode in episodes])
+        arrays = {key: value for key, value in arrays.items() if key != "next_observations"}
+        arrays[FINAL_OBSERVATIONS] = finals.astype(np.float32)
+        attrs["layout"] = COMPACT_LAYOUT
 
     def write(temporary: Path) -> None:
         with h5py.File(temporary, "w") as file:
             for key, array in arrays.items():
                 file.create_dataset(
-                    key, data=array, compression="gzip", compression_opts=9, shuffle=True
+                    key,
+                    data=array,
+                    compression="gzip",
+                    compression_opts=9,
+                    shuffle=True,
+                    track_times=False,  # no timestamps: the same data gives the same bytes
                 )
             for key, value in attrs.items():
                 file.attrs[key] = (

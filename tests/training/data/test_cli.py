@@ -220,3 +220,33 @@ def test_write_summary_and_plot_returns_as_the_collector_calls_them(dataset_path
     assert json.loads(summary.read_text())["task"] == "SafetyCarRun-v0"
     plot = plot_returns(dataset, tmp_path / "d.png", thresholds=(10.0, 20.0, 40.0))
     assert plot.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_outputs_are_replaced_only_with_force_and_never_the_input(dataset_path, tmp_path, capsys):
+    out = tmp_path / "reduced.hdf5"
+    out.write_text("earlier work")
+    argv = ["reduce", str(dataset_path), "--out", str(out), "--threshold", "10"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2 and out.read_text() == "earlier work"
+    assert "exists already" in capsys.readouterr().err
+    main([*argv, "--force"])
+    assert len(load_dataset(out).episodes) == 3
+    link = tmp_path / "link.hdf5"
+    link.symlink_to(dataset_path)
+    before = dataset_path.read_bytes()
+    for same in (dataset_path, link):  # the input itself, even with --force
+        with pytest.raises(SystemExit) as exit_info:
+            main(["filter", str(dataset_path), "--out", str(same), "--force"])
+        assert exit_info.value.code == 2
+        assert "is the input file" in capsys.readouterr().err
+    assert dataset_path.read_bytes() == before
+
+
+def test_add_outliers_refuses_a_nan_reward_scale_before_writing(dataset_path, tmp_path, capsys):
+    out = tmp_path / "noisy.hdf5"
+    argv = ["add-outliers", str(dataset_path), "--out", str(out), "--fraction", "0.3"]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--reward-scale", "nan"])
+    assert exit_info.value.code == 2 and not out.exists()
+    assert capsys.readouterr().err.count("\n") == 1

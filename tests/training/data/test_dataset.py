@@ -60,6 +60,27 @@ def test_save_then_load_round_trips_episodes_and_attrs(tmp_path):
     assert [p.name for p in path.parent.iterdir()] == ["d.hdf5"]  # no temp file left
 
 
+def test_compact_layout_rebuilds_next_observations_exactly_and_writes_the_same_bytes(tmp_path):
+    episodes = [
+        make_episode([1.0, 2.0, 0.5], [0.0, 1.0, 0.0]),
+        make_episode([3.0], [2.0], timeout=False),
+        make_episode([0.0, 1.0], [1.0, 1.0]),
+    ]
+    attrs = {"env_id": "SafetyCarRun-v0"}
+    compact = save_dataset(tmp_path / "compact.hdf5", episodes, attrs, compact=True)
+    with h5py.File(compact) as file:
+        assert "next_observations" not in file
+        assert file["final_observations"].shape == (3, OBS_DIM)
+    loaded = load_dataset(compact)
+    assert loaded.attrs["layout"] == "compact"
+    for original, restored in zip(episodes, loaded.episodes, strict=True):
+        np.testing.assert_array_equal(original.next_observations, restored.next_observations)
+    full = save_dataset(tmp_path / "full.hdf5", loaded.episodes, loaded.attrs)
+    again = save_dataset(tmp_path / "again.hdf5", episodes, attrs)
+    assert full.read_bytes() == again.read_bytes()  # `cdt dataset expand` is deterministic
+    assert "layout" not in load_dataset(full).attrs
+
+
 def test_attrs_stored_as_numpy_arrays_load_as_lists_and_save_again(tmp_path):
     path = write_raw(tmp_path / "d.hdf5", raw_arrays())
     with h5py.File(path, "a") as file:

@@ -1,0 +1,31 @@
+"""The run ledger (training/ledger.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from training.ledger import LedgerEntry, format_ledger, ledger_path, read_ledger, record
+
+
+def test_ledger_appends_one_line_per_run_and_reads_them_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv("CDT_LEDGER", str(path))
+    record(LedgerEntry("train", "runs/a", "done", task="SafetyCarRun-v0", seed=0, steps=10))
+    record(LedgerEntry("select", "runs/a", "not admissible: kappa 10 | idle", split="selection"))
+    entries = read_ledger(path)
+    assert [entry.command for entry in entries] == ["train", "select"]
+    assert entries[0].cpu and entries[0].time
+    table = format_ledger(entries)
+    assert table.count("\n") == 3  # header, rule, two rows
+    assert "not admissible: kappa 10 / idle" in table  # a pipe would break the row
+
+
+def test_ledger_off_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CDT_LEDGER", "off")
+    assert ledger_path() is None
+    record(LedgerEntry("train", "runs/a", "done"))
+    assert read_ledger(tmp_path / "ledger.jsonl") == []

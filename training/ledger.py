@@ -1,0 +1,99 @@
+"""The ledger: one JSON line per training, selection, calibration or evaluation run, appended by
+the commands themselves, so "every run attempted" is a file and not a memory.
+
+Each line says what ran (command, task, algorithm, recipe, seed, steps), how long, on which CPU,
+which seed split it used, and how it ended. `cdt report` renders `reports/ledger.md` from it.
+The file is `reports/ledger.jsonl` unless `CDT_LEDGER` names another one (the tests' fixture
+points it at a temporary file; `CDT_LEDGER=off` writes nothing).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_LEDGER = Path("reports") / "ledger.jsonl"
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), for every figure's provenance."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One run and its fate."""
+
+    command: str
+    """`train`, `select`, `calibrate`, `evaluate`, `pipeline`, ..."""
+    subject: str
+    """The run folder or model folder the command worked on."""
+    outcome: str
+    """How it ended: `done`, `stopped: <why>`, `admissible`, `not admissible: <why>`, ..."""
+    task: str = ""
+    algorithm: str = ""
+    recipe: str = ""
+    """The training preset (and any flag that changes the recipe), as given."""
+    seed: int | None = None
+    steps: int | None = None
+    split: str = ""
+    """The evaluation seed split used (`selection`, `validation`, `test`), if any."""
+    wall_s: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    cpu: str = field(default_factory=cpu_name)
+    time: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+
+
+def ledger_path() -> Path | None:
+    """Where entries go now (None: `CDT_LEDGER=off`)."""
+    value = os.environ.get("CDT_LEDGER", "")
+    if value == "off":
+        return None
+    return Path(value) if value else DEFAULT_LEDGER
+
+
+def record(entry: LedgerEntry) -> None:
+    """Append `entry` as one line (a single write, so concurrent runs do not interleave)."""
+    path = ledger_path()
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(asdict(entry), sort_keys=True, default=str) + "\n"
+    with path.open("a", encoding="utf-8") as file:
+        file.write(line)
+
+
+def read_ledger(path: Path) -> list[LedgerEntry]:
+    """Every entry of a ledger file, oldest first (a missing file has none)."""
+    if not path.is_file():
+        return []
+    return [LedgerEntry(**json.loads(line)) for line in path.read_text().splitlines() if line]
+
+
+def format_ledger(entries: Sequence[LedgerEntry]) -> str:
+    """A Markdown table of the ledger, oldest first."""
+    columns = ["time", "command", "task", "algorithm", "recipe", "seed", "steps", "split"]
+    columns += ["wall", "CPU", "subject", "outcome"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for entry in entries:
+        wall = "" if entry.wall_s is None else f"{entry.wall_s / 60:.1f} min"
+        cells = [
+            entry.time, entry.command, entry.task, entry.algorithm, entry.recipe,
+            "" if entry.seed is None else str(entry.seed),
+            "" if entry.steps is None else str(entry.steps),
+            entry.split, wall, entry.cpu, entry.subject, entry.outcome.replace("|", "/"),
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
