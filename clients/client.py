@@ -162,11 +162,17 @@ def _episode_path(episode_id: str, suffix: str = "") -> str:
 
 
 def _create_call(
-    model: str, targets: tuple[float, float], observation: Observation, seed: int | None, mean: bool
+    model: str,
+    targets: tuple[float, float],
+    observation: Observation,
+    seed: int | None,
+    modes: tuple[bool, bool],
 ) -> _Call[StepResponse]:
+    """`modes`: (deterministic, budget_guard); a guard left on is not sent (the default)."""
     fields = {"model": model, "target_reward": targets[0], "target_cost": targets[1]}
     fields["seed"] = None if seed is None else int(seed)
-    fields |= {"observation": [float(value) for value in observation], "deterministic": mean}
+    fields |= {"observation": [float(value) for value in observation], "deterministic": modes[0]}
+    fields["budget_guard"] = None if modes[1] else False
     body = _body(lambda: EpisodeCreate.model_validate(fields))
     return _Call("POST", "/v1/episodes", StepResponse, body)
 
@@ -287,9 +293,12 @@ class PolicyClient(_ClientBase[httpx.Client]):
         *,
         seed: int | None = None,
         deterministic: bool = False,
+        budget_guard: bool = True,
     ) -> StepResponse:
-        """`POST /v1/episodes`: start an episode; returns action 0."""
-        call = _create_call(model, (target_reward, target_cost), observation, seed, deterministic)
+        """`POST /v1/episodes`: start an episode; returns action 0 (`budget_guard=False`: the
+        server's budget guard stays off for it)."""
+        modes = (deterministic, budget_guard)
+        call = _create_call(model, (target_reward, target_cost), observation, seed, modes)
         return self._send(call)
 
     def step(
@@ -378,9 +387,12 @@ class AsyncPolicyClient(_ClientBase[httpx.AsyncClient]):
         *,
         seed: int | None = None,
         deterministic: bool = False,
+        budget_guard: bool = True,
     ) -> StepResponse:
-        """`POST /v1/episodes`: start an episode; returns action 0."""
-        call = _create_call(model, (target_reward, target_cost), observation, seed, deterministic)
+        """`POST /v1/episodes`: start an episode; returns action 0 (`budget_guard=False`: the
+        server's budget guard stays off for it)."""
+        modes = (deterministic, budget_guard)
+        call = _create_call(model, (target_reward, target_cost), observation, seed, modes)
         return await self._send(call)
 
     async def step(

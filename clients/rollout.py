@@ -5,6 +5,11 @@ episode's context window and budgets and answers with the action. A cost schedul
 (`--cost-schedule 0:20,100:5`) changes the episode's cost limit mid-episode through
 `PATCH /v1/episodes/{id}/budget`, as a controller would. Also usable as a library:
 `run_rollouts(RolloutConfig(...))`.
+
+Everything is checked before the first episode: the values, the `--json` file (an existing one is
+replaced only with `--force`), the model and the task (a model runs on a task other than its own
+only with `--force`), and the cost schedule (a change past the episode's end is refused). The
+summary is one JSON line; `safe` means that no episode went over its budget.
 """
 
 from __future__ import annotations
@@ -15,16 +20,18 @@ import logging
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
 from clients.client import PolicyClient, PolicyClientError, ServiceUnreachableError
-from runtime.arguments import budget, finite_float, positive_int
+from runtime.arguments import CommandParser, budget, finite_float, non_negative_int, positive_int
 from runtime.evaluation_protocol import target_reward_for
+from runtime.files import check_writable, refuse_overwrite, write_atomic
 from runtime.scores import normalised_cost, normalised_reward
-from service.schemas import ModelPublic
+from runtime.user_errors import UserError, stop
+from service.schemas import MAX_SEED, ModelPublic
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +51,10 @@ class RolloutConfig:
     deterministic: bool = False
     token: str | None = None
     timeout: float = 10.0
+    force: bool = False
+    """Run the model on a task other than its card's (observation sizes must still match)."""
+    budget_guard: bool = True
+    """The service's budget guard for these episodes (`--no-budget-guard`: off)."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,8 @@ class EpisodeOutcome:
     budget_changes: list[tuple[int, float]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     """Distinct warnings the service sent (e.g. a budget outside the validated range)."""
+    guarded_steps: int = 0
+    """Actions the service's budget guard changed (its episode summary's count)."""
 
     @property
     def over_budget(self) -> bool:
@@ -75,7 +88,8 @@ class EpisodeOutcome:
         verdict = "OVER budget" if self.over_budget else "within budget"
         return (
             f"seed {self.seed}: steps {self.steps} reward {self.reward:.1f} cost {self.cost:.1f} "
-            f"({limits}; normalised cost {self.normalised_cost:.2f}): {verdict}"
+            f"({limits}; normalised cost {self.normalised_cost:.2f}; guarded steps "
+            f"{self.guarded_steps}): {verdict}"
         )
 
 
@@ -126,6 +140,7 @@ def run_episode(
         np.asarray(observation, dtype=float).tolist(),
         seed=seed,
         deterministic=config.deterministic,
+        budget_guard=config.budget_guard,
     )
     episode_id, steps, totals, changes = answer.episode_id, 0, [0.0, 0.0], []
     warnings = dict.fromkeys(answer.warnings)
@@ -136,7 +151,8 @@ def run_episode(
             )
             cost = float(info.get("cost", 0.0))
             steps, totals = steps + 1, [totals[0] + float(reward), totals[1] + cost]
-            if terminated or truncated:
+            if terminated or truncated:  # the last cost reaches the service's summary too
+                client.step(episode_id, _listed(observation), float(reward), cost, step=steps)
                 break
             if steps in schedule:
                 cost_limit = schedule[steps]
@@ -149,18 +165,28 @@ def run_episode(
             )  # fmt: skip
             warnings |= dict.fromkeys(answer.warnings)
     finally:
-        client.close_episode(episode_id)
+        ended = client.close_episode(episode_id)
     scores = _normalised(model, totals[0], totals[1], cost_limit)
     return EpisodeOutcome(
         seed, steps, totals[0], totals[1], initial_limit, cost_limit, *scores, changes,
-        list(warnings),
+        list(warnings), ended.guarded_steps,
     )  # fmt: skip
+
+
+def _listed(observation: Any) -> list[float]:
+    return list(np.asarray(observation, dtype=float).tolist())
 
 
 def run_rollouts(config: RolloutConfig) -> list[EpisodeOutcome]:
     """Run `config.episodes` episodes through the service (the library entry point)."""
-    from runtime.sim import make_env, seed_simulator
+    from runtime.sim import check_task, make_env, seed_simulator
 
+    if config.seed + config.episodes - 1 > MAX_SEED:
+        raise ValueError(
+            f"seeds {config.seed}..{config.seed + config.episodes - 1} pass {MAX_SEED}"
+        )
+    if config.task is not None:
+        check_task(config.task)  # before the server is asked anything
     with PolicyClient(config.server, token=config.token, timeout=config.timeout) as client:
         models = {model.name: model for model in client.list_models()}
         if config.model not in models:
@@ -169,7 +195,8 @@ def run_rollouts(config: RolloutConfig) -> list[EpisodeOutcome]:
             )
         model = models[config.model]
         env = make_env(config.task or model.task)
-        _check_task(env, model, config.task)
+        _check_task(env, model, config.task, config.force)
+        check_schedule(config.cost_schedule, episode_length(env, model))
         seed_simulator(config.seed)
         outcomes = []
         for index in tqdm(range(config.episodes), desc=f"rollout {config.model}", unit="episode"):
@@ -178,8 +205,8 @@ def run_rollouts(config: RolloutConfig) -> list[EpisodeOutcome]:
     return outcomes
 
 
-def _check_task(env: Any, model: ModelPublic, task: str | None) -> None:
-    """Refuse an env the model cannot read; say so when the task differs from the model's."""
+def _check_task(env: Any, model: ModelPublic, task: str | None, force: bool = False) -> None:
+    """Refuse an env the model cannot read, and a task other than the model's unless `force`."""
     shape = getattr(env.observation_space, "shape", None) or ()
     if int(np.prod(shape)) != model.observation_dim:
         raise ValueError(
@@ -187,14 +214,37 @@ def _check_task(env: Any, model: ModelPublic, task: str | None) -> None:
             f"({model.task}) reads {model.observation_dim}"
         )
     if task is not None and task != model.task:
+        if not force:
+            raise ValueError(
+                f"model {model.name} was trained on {model.task}, not {task}: pass --force to"
+                " run it there anyway"
+            )
         logger.warning("model %s was trained on %s, not %s", model.name, model.task, task)
+
+
+def episode_length(env: Any, model: ModelPublic) -> int:
+    """The env's time limit (its spec's), else the longest episode the model was trained on."""
+    spec = getattr(env, "spec", None)
+    limit = getattr(spec, "max_episode_steps", None)
+    return int(limit) if limit else model.max_episode_len
+
+
+def check_schedule(schedule: tuple[tuple[int, float], ...], length: int) -> None:
+    """Refuse a budget change at or after the episode's last step: it would never apply."""
+    late = [step for step, _ in schedule if step >= length]
+    if late:
+        raise ValueError(
+            f"--cost-schedule changes the limit at step {late[0]}, but episodes end after"
+            f" {length} steps (the last change may come at step {length - 1})"
+        )
 
 
 def summarise(outcomes: list[EpisodeOutcome]) -> dict[str, Any]:
     """Mean and std of raw and normalised reward and cost, and how many episodes went over.
 
-    `safe` is the paper's verdict on the mean (normalised cost <= 1); `episodes_over_budget`
-    counts the single episodes whose cost exceeded their limit.
+    `safe`: no episode's cost exceeded its limit (`episodes_over_budget` is 0);
+    `mean_within_budget` is the paper's verdict on the mean alone (normalised cost <= 1), which
+    holds even when some episodes went over.
     """
     rewards = np.array([o.reward for o in outcomes])
     costs = np.array([o.cost for o in outcomes])
@@ -206,9 +256,11 @@ def summarise(outcomes: list[EpisodeOutcome]) -> dict[str, Any]:
         "cost_mean": float(costs.mean()),
         "cost_std": float(costs.std()),
         "normalised_cost_mean": float(normalised_costs.mean()),
-        "safe": bool(normalised_costs.mean() <= 1.0),
+        "safe": not any(o.over_budget for o in outcomes),
         "episodes_over_budget": sum(o.over_budget for o in outcomes),
         "share_over_budget": float(np.mean([o.over_budget for o in outcomes])),
+        "mean_within_budget": bool(normalised_costs.mean() <= 1.0),
+        "guarded_steps_mean": float(np.mean([o.guarded_steps for o in outcomes])),
     }
     if all(o.normalised_reward is not None for o in outcomes):
         summary["normalised_reward_mean"] = float(np.mean([o.normalised_reward for o in outcomes]))
@@ -223,7 +275,7 @@ def _schedule_argument(text: str) -> tuple[tuple[int, float], ...]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cdt rollout", description=__doc__.splitlines()[0])
+    parser = CommandParser(prog="cdt rollout", description=__doc__.splitlines()[0])
     parser.add_argument("--server", default="http://127.0.0.1:8000", help="service base URL")
     parser.add_argument("--model", required=True, help="model name (GET /v1/models)")
     parser.add_argument("--task", help="gymnasium env id (default: the model's task)")
@@ -238,11 +290,39 @@ def _parser() -> argparse.ArgumentParser:
         type=_schedule_argument,
         help="STEP:LIMIT,... e.g. 0:20,100:5 changes the limit at step 100",
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="first episode's seed")
     parser.add_argument("--deterministic", action="store_true", help="use the mean action")
+    parser.add_argument(
+        "--no-budget-guard",
+        dest="budget_guard",
+        action="store_false",
+        help="turn the service's budget guard off for these episodes (the unguarded figures)",
+    )
     parser.add_argument("--token", help="bearer token, if the service requires one")
     parser.add_argument("--json", type=Path, help="write per-episode results and summary here")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing --json file; run the model on a --task other than its own",
+    )
     return parser
+
+
+def _check_json(path: Path | None, force: bool) -> None:
+    """Before any episode: the --json file can be written and replaces nothing unasked."""
+    if path is None:
+        return
+    try:
+        check_writable(path, create_folders=False, option="--json")
+        refuse_overwrite([path], force)
+    except UserError as error:
+        stop("cdt rollout", error)
+
+
+def printed_summary(summary: dict[str, Any]) -> str:
+    """The summary as one JSON line, floats to 3 decimals (the --json file keeps them whole)."""
+    rounded = {k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()}
+    return json.dumps(rounded)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -261,9 +341,10 @@ def main(argv: list[str] | None = None) -> None:
         seed=args.seed,
         deterministic=args.deterministic,
         token=args.token,
+        force=args.force,
+        budget_guard=args.budget_guard,
     )
-    if args.json and not args.json.resolve().parent.is_dir():
-        _fail(f"--json {args.json}: folder {args.json.resolve().parent} does not exist")
+    _check_json(args.json, args.force)
     if (
         args.cost_schedule
         and args.cost_schedule[0][0] == 0
@@ -273,24 +354,19 @@ def main(argv: list[str] | None = None) -> None:
     try:
         outcomes = run_rollouts(config)
     except ServiceUnreachableError as error:
-        _fail(f"cannot reach {args.server} ({error}); is `cdt serve` running there?")
+        stop("cdt rollout", f"cannot reach {args.server} ({error}); is `cdt serve` running there?")
     except (PolicyClientError, ValueError) as error:
-        _fail(str(error))
+        stop("cdt rollout", str(error))
     for outcome in outcomes:
         print(outcome.describe())  # noqa: T201
     for warning in dict.fromkeys(w for outcome in outcomes for w in outcome.warnings):
         print(f"server warning: {warning}")  # noqa: T201
     summary = summarise(outcomes)
-    print(json.dumps(summary, indent=2))  # noqa: T201
+    print(printed_summary(summary))  # noqa: T201
     if args.json:
-        args.json.write_text(
-            json.dumps({"summary": summary, "episodes": [asdict(o) for o in outcomes]}, indent=2)
-        )
-
-
-def _fail(message: str) -> NoReturn:
-    print(f"cdt rollout: {message}", file=sys.stderr)  # noqa: T201
-    raise SystemExit(2)
+        record = {"summary": summary, "episodes": [asdict(o) for o in outcomes]}
+        text = json.dumps(record, indent=2)
+        write_atomic(args.json, lambda temporary: temporary.write_text(text))
 
 
 if __name__ == "__main__":

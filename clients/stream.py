@@ -90,8 +90,10 @@ class StreamClient:
         *,
         seed: int | None = None,
         deterministic: bool = False,
+        budget_guard: bool = True,
     ) -> StepResponse:
-        """`start`: open an episode; returns action 0."""
+        """`start`: open an episode; returns action 0 (`budget_guard=False`: without the
+        server's budget guard)."""
         values = [float(value) for value in observation]
         return await self._call(
             lambda request_id: StreamStart(
@@ -103,6 +105,7 @@ class StreamClient:
                 observation=values,
                 seed=None if seed is None else int(seed),
                 deterministic=deterministic,
+                budget_guard=None if budget_guard else False,
             ),
             StepResponse,
         )

@@ -14,8 +14,8 @@ policy more conservative as the budget runs out:
 It is a pure function of (budget left, steps left, action mode), so it follows a budget changed
 mid-episode at once and needs no state of its own beyond its counts. The service
 (`service.inference.PendingAction`) and the offline episode loop (`runtime.episodes`) both call
-`BudgetGuard.decide` and apply the decision with `guarded_window` and `sample_action`'s
-`noise_scale`: what is measured offline is what is served. The thresholds and the figures that
+`BudgetGuard.decide` and apply the decision with `EpisodeContext.window`'s `cost_left` and
+`sample_action`'s `noise_scale`: what is measured offline is what is served. The thresholds and the
 chose them: docs/decisions/budget-guard.md.
 """
 
@@ -23,11 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Literal, Self
 
-import numpy as np
-import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class GuardAction(StrEnum):
@@ -52,8 +50,9 @@ class GuardDecision:
     action: GuardAction
     noise_scale: float = 1.0
     """Multiplies the sampling noise (1: as the model says; 0: the mean action)."""
-    no_cost_left: bool = False
-    """Feed the window as if no cost budget were left (the `zero_cost_to_go` fallback)."""
+    cost_left_fed: float | None = None
+    """The cost budget left the model is told (0: the `zero_cost_to_go` fallback); None: the
+    episode's own."""
 
 
 UNGUARDED = GuardDecision(GuardAction.NONE)
@@ -61,26 +60,47 @@ UNGUARDED = GuardDecision(GuardAction.NONE)
 
 
 class BudgetGuard(BaseModel):
-    """When the guard acts, in units of cost budget left (the card's `budget_guard`; every field
-    has a measured default, docs/decisions/budget-guard.md)."""
+    """When the guard acts (the card's `budget_guard`; every field has a measured default,
+    docs/decisions/budget-guard.md).
+
+    The fallback's thresholds are in units of cost budget left; the noise's in budget left per
+    step left (`pace`, in units of `max_step_cost`): at a pace of 1 or more the episode cannot
+    go over any more, however it acts.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     fallback: Literal["zero_cost_to_go"] = "zero_cost_to_go"
     """What runs once the budget is nearly spent: the CDT fed cost-to-go 0, mean action."""
-    fallback_margin: float = Field(default=3.0, ge=0)
+    fallback_margin: float = Field(default=5.0, ge=0)
     """Budget left at or below which the fallback acts: the cost of the costly streak already
     under way when it takes over (costs come in runs of steps, not one at a time)."""
     fallback_cost_rate: float = Field(default=0.0, ge=0)
     """Cost per step left that the fallback itself may still spend; added to the margin."""
-    mean_margin: float = Field(default=2.0, ge=0)
-    """Budget above the fallback's reserve at or below which sampled episodes act with the mean."""
-    noise_margin: float = Field(default=4.0, ge=0)
-    """Budget above the mean action's at which the sampling noise starts to shrink."""
+    max_step_cost: float = Field(default=1.0, ge=0)
+    """The largest cost one step can add (Bullet-Safety-Gym: 1). With at least this much budget
+    left per step left, the episode cannot go over, and the guard leaves it alone (0: unknown;
+    the guard then never stands aside and never adds noise back)."""
+    mean_action_pace: float = Field(default=0.5, ge=0)
+    """Pace at or below which sampled episodes act with the mean action."""
+    full_noise_pace: float = Field(default=1.0, ge=0)
+    """Pace at or above which sampled episodes keep their full sampling noise; between the two
+    paces the noise shrinks linearly."""
+
+    @model_validator(mode="after")
+    def _check_paces(self) -> Self:
+        if self.full_noise_pace < self.mean_action_pace:
+            raise ValueError("full_noise_pace must be at least mean_action_pace")
+        return self
 
     def reserve(self, steps_left: int) -> float:
         """The budget left at or below which the fallback takes over."""
         return self.fallback_margin + self.fallback_cost_rate * max(steps_left, 0)
+
+    def pace(self, remaining_cost: float, steps_left: int) -> float:
+        """Budget left per step left, in units of `max_step_cost` (inf when unbounded)."""
+        most = self.max_step_cost * steps_left
+        return remaining_cost / most if most > 0 else float("inf")
 
     def decide(self, remaining_cost: float, steps_left: int, deterministic: bool) -> GuardDecision:
         """The decision for a step with `remaining_cost` budget and `steps_left` steps to go.
@@ -91,34 +111,22 @@ class BudgetGuard(BaseModel):
             steps_left: `max_episode_len` minus the step index of the newest observation.
             deterministic: the episode acts with the mean action anyway.
         """
-        headroom = remaining_cost - self.reserve(steps_left)
-        if headroom <= 0.0:
-            return GuardDecision(GuardAction.FALLBACK, noise_scale=0.0, no_cost_left=True)
-        if deterministic or headroom >= self.mean_margin + self.noise_margin:
+        pace = self.pace(remaining_cost, steps_left)
+        if self.max_step_cost > 0 and pace >= 1.0:
+            return UNGUARDED  # even a costly step each step to the end stays within budget
+        if remaining_cost <= self.reserve(steps_left):
+            return GuardDecision(GuardAction.FALLBACK, noise_scale=0.0, cost_left_fed=0.0)
+        if deterministic or pace >= self.full_noise_pace:
             return UNGUARDED
-        if headroom <= self.mean_margin:
+        if pace <= self.mean_action_pace:
             return GuardDecision(GuardAction.MEAN_ACTION, noise_scale=0.0)
-        noise_scale = (headroom - self.mean_margin) / self.noise_margin
-        return GuardDecision(GuardAction.LESS_NOISE, noise_scale=noise_scale)
+        span = self.full_noise_pace - self.mean_action_pace
+        return GuardDecision(
+            GuardAction.LESS_NOISE, noise_scale=(pace - self.mean_action_pace) / span
+        )
 
 
 DEFAULT_GUARD = BudgetGuard()
-
-
-def guarded_window(
-    window: dict[str, npt.NDArray[Any]], decision: GuardDecision
-) -> dict[str, npt.NDArray[Any]]:
-    """`window` (one episode's six inputs, no batch axis) as the decision feeds it.
-
-    The fallback shifts the cost-to-go so that its newest entry is 0 and each older one is the
-    cost spent since (clamped at 0): exactly the window a `PATCH .../budget` with
-    `remaining_cost: 0` would leave, so the model sees a consistent exhausted budget.
-    """
-    if not decision.no_cost_left:
-        return window
-    costs = window["costs_to_go"]  # [K]
-    shifted = np.maximum(costs - costs[-1], 0.0).astype(costs.dtype)  # [K], newest 0
-    return {**window, "costs_to_go": shifted}
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from typing import Any, Self
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
+from runtime.budget_guard import DEFAULT_GUARD, BudgetGuard
 from runtime.files import write_atomic
 from runtime.user_errors import UserError
 
@@ -72,6 +73,35 @@ def interpolated_scale(points: list[BudgetScale], budget: float) -> float:
     return float(fed) / budget
 
 
+class GuardFigures(BaseModel):
+    """Episodes of one budget and action mode, with or without the budget guard."""
+
+    model_config = ConfigDict(extra="allow")
+
+    share_over_budget: float
+    """Fraction of episodes whose cost exceeded the cost limit in force at their end."""
+    cost_mean: float
+    normalised_reward: float | None = None
+    guarded_steps_mean: float = 0.0
+
+
+class GuardMeasurement(BaseModel):
+    """The budget guard measured from outside: the same seeds guarded and unguarded."""
+
+    model_config = ConfigDict(extra="allow")
+
+    budget: float
+    """The cost limit at the start (`cost_schedule` lists any change)."""
+    action_mode: str
+    """`sampled` or `mean`."""
+    cost_schedule: str = ""
+    """`STEP:LIMIT,...` budget changes (`cdt rollout --cost-schedule`); empty: none."""
+    episodes: int
+    first_seed: int
+    guarded: GuardFigures
+    unguarded: GuardFigures
+
+
 class ModelCard(BaseModel):
     """The `model.json` sidecar; required keys per ARTIFACT.md, extra keys allowed."""
 
@@ -111,6 +141,10 @@ class ModelCard(BaseModel):
     dataset: dict[str, Any] | None = None
     training_config: dict[str, Any] | None = None
     evaluation: dict[str, Any] | None = None
+    budget_guard: BudgetGuard | None = None
+    """The budget guard's thresholds and fallback (absent: `runtime.budget_guard`'s defaults)."""
+    budget_guard_measured: list[GuardMeasurement] | None = None
+    """Guarded against unguarded episodes, written by `bench/budget_guard.py --record`."""
 
     @property
     def reward_return_range(self) -> tuple[float, float] | None:
@@ -142,6 +176,11 @@ class ModelCard(BaseModel):
                         " (scale x budget) does not fall: a looser budget must never feed less"
                     )
         return self
+
+    @property
+    def guard(self) -> BudgetGuard:
+        """The budget guard of this model: the card's, or the measured defaults."""
+        return self.budget_guard if self.budget_guard is not None else DEFAULT_GUARD
 
     def budget_scales(self, deterministic: bool) -> list[BudgetScale] | None:
         """The action mode's calibration by budget (None: the graph's `budget_scale`)."""

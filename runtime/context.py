@@ -215,14 +215,24 @@ class EpisodeContext:
         """[K] bool, True = padding (the first K - length positions)."""
         return np.arange(self.context_len) < self.context_len - self.length
 
-    def window(self, cost_input_scale: float = 1.0) -> dict[str, npt.NDArray[Any]]:
+    def window(
+        self, cost_input_scale: float = 1.0, *, cost_left: float | None = None
+    ) -> dict[str, npt.NDArray[Any]]:
         """The ONNX inputs for this episode without the batch axis, dtypes as in ARTIFACT.md;
-        the cost-to-go multiplied by `cost_input_scale` (the card's, for this action mode)."""
+        the cost-to-go multiplied by `cost_input_scale` (the card's, for this action mode).
+
+        `cost_left` tells the model another budget left than the episode's (the budget guard):
+        the whole cost-to-go is shifted so that its newest entry is `cost_left` (older entries
+        clamped at 0), the window a `set_budget(remaining_cost=cost_left)` would leave.
+        """
+        costs = self.costs_to_go  # [K]
+        if cost_left is not None:
+            costs = np.maximum(costs + (cost_left - self.remaining_cost), 0.0)  # [K]
         return {
             "states": self.states,  # [K, observation_dim]
             "actions": self.actions.astype(np.float32),  # [K, action_dim]
             "returns_to_go": self.returns_to_go.astype(np.float32),  # [K]
-            "costs_to_go": (self.costs_to_go * cost_input_scale).astype(np.float32),  # [K]
+            "costs_to_go": (costs * cost_input_scale).astype(np.float32),  # [K]
             "time_steps": self.time_steps,  # [K]
             "padding_mask": self.padding_mask(),  # [K]
         }

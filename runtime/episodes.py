@@ -9,7 +9,7 @@ batched forward pass per step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,6 @@ from runtime.budget_guard import (
     BudgetGuard,
     GuardDecision,
     GuardTally,
-    guarded_window,
 )
 from runtime.context import EpisodeContext, batch_windows, sample_action
 
@@ -78,7 +77,7 @@ class EpisodeResult:
     length: int
     step_costs: list[float] = field(default_factory=list)
     """Per-step costs, when asked for (budget-change plots)."""
-    guard: GuardTally = GuardTally()
+    guard: GuardTally = field(default_factory=GuardTally)
     """Steps the budget guard acted on, by action (all 0 when the spec did not ask for it)."""
 
 
@@ -103,9 +102,29 @@ def decide(policy: EpisodePolicy, spec: EpisodeSpec, context: EpisodeContext) ->
 
 def _window(
     policy: EpisodePolicy, spec: EpisodeSpec, context: EpisodeContext, decision: GuardDecision
-) -> dict[str, npt.NDArray[Any]]:
+) -> Mapping[str, npt.NDArray[Any]]:
     scale = policy.cost_input_scale(spec.deterministic, context.target_cost)
-    return guarded_window(context.window(scale), decision)
+    return context.window(scale, cost_left=decision.cost_left_fed)
+
+
+@dataclass
+class _Running:
+    """One episode in progress."""
+
+    spec: EpisodeSpec
+    env: Any
+    context: EpisodeContext
+    schedule: dict[int, float]
+    length: int = 0
+    step_costs: list[float] = field(default_factory=list)
+    tally: GuardTally = field(default_factory=GuardTally)
+
+    def result(self) -> EpisodeResult:
+        context = self.context
+        return EpisodeResult(
+            self.spec, context.total_reward, context.total_cost, self.length, self.step_costs,
+            self.tally,
+        )  # fmt: skip
 
 
 def run_episodes(
@@ -129,58 +148,61 @@ def run_episodes(
         return []
     # Bullet-Safety-Gym draws placement noise from the global RNGs, not from reset(seed=...).
     seed_simulator(specs[0].seed)
-    envs = [(env_factory or make_env)(task) for _ in specs]
-    contexts = [
-        _start(policy, spec, env.reset(seed=spec.seed)[0])
+    envs = [(env_factory or make_env)(task) for _ in specs]  # all made before any reset
+    episodes = [
+        _Running(
+            spec, env, _start(policy, spec, env.reset(seed=spec.seed)[0]), dict(spec.cost_schedule)
+        )
         for env, spec in zip(envs, specs, strict=True)
     ]
-    schedules = [dict(spec.cost_schedule) for spec in specs]
-    lengths = [0] * len(specs)
-    step_costs: list[list[float]] = [[] for _ in specs]
-    tallies = [GuardTally()] * len(specs)
-    active = list(range(len(specs)))
+    active = episodes
     while active:
-        for i in active:
-            if lengths[i] in schedules[i]:
-                contexts[i].set_budget(cost_limit=schedules[i][lengths[i]])
-        decisions = [decide(policy, specs[i], contexts[i]) for i in active]
-        windows = [
-            _window(policy, specs[i], contexts[i], decision)
-            for i, decision in zip(active, decisions, strict=True)
-        ]
-        mean, log_std = policy.predict(batch_windows(windows))
-        still_active = []
-        for row, (i, decision) in enumerate(zip(active, decisions, strict=True)):
-            context = contexts[i]
-            action = sample_action(
-                mean[row],
-                log_std[row],
-                context.rng,
-                policy.action_low,
-                policy.action_high,
-                specs[i].deterministic,
-                noise_scale=decision.noise_scale,
-            )
-            context.record_action(action)
-            tallies[i] = tallies[i].add(decision.action)
-            observation, reward, terminated, truncated, info = envs[i].step(
-                action.astype(np.float32)
-            )
-            cost = float(info.get("cost", 0.0))
-            context.advance(float(reward), cost, observation)
-            lengths[i] += 1
-            if record_steps:
-                step_costs[i].append(cost)
-            if not (terminated or truncated):
-                still_active.append(i)
-            elif on_episode_end is not None:
+        ended = _step_together(policy, active, record_steps)
+        active = [episode for episode, done in zip(active, ended, strict=True) if not done]
+        for _ in range(sum(ended)):
+            if on_episode_end is not None:
                 on_episode_end()
-        active = still_active
-    for env in envs:
-        env.close()
-    return [
-        EpisodeResult(spec, context.total_reward, context.total_cost, length, costs, tally)
-        for spec, context, length, costs, tally in zip(
-            specs, contexts, lengths, step_costs, tallies, strict=True
-        )
+    for episode in episodes:
+        episode.env.close()
+    return [episode.result() for episode in episodes]
+
+
+def _step_together(policy: EpisodePolicy, active: list[_Running], record_steps: bool) -> list[bool]:
+    """One step of every active episode with one batched forward pass; which ones ended."""
+    for episode in active:
+        if episode.length in episode.schedule:
+            episode.context.set_budget(cost_limit=episode.schedule[episode.length])
+    decisions = [decide(policy, episode.spec, episode.context) for episode in active]
+    windows = [
+        _window(policy, episode.spec, episode.context, decision)
+        for episode, decision in zip(active, decisions, strict=True)
     ]
+    mean, log_std = policy.predict(batch_windows(windows))
+    return [
+        _act(policy, episode, (mean[row], log_std[row]), decision, record_steps)
+        for row, (episode, decision) in enumerate(zip(active, decisions, strict=True))
+    ]
+
+
+def _act(
+    policy: EpisodePolicy,
+    episode: _Running,
+    outputs: tuple[npt.NDArray[Any], npt.NDArray[Any]],
+    decision: GuardDecision,
+    record_steps: bool,
+) -> bool:
+    """Take the episode's action as the guard decided and step its env; whether it ended."""
+    context = episode.context
+    action = sample_action(
+        *outputs, context.rng, policy.action_low, policy.action_high,
+        episode.spec.deterministic, noise_scale=decision.noise_scale,
+    )  # fmt: skip
+    context.record_action(action)
+    episode.tally = episode.tally.add(decision.action)
+    observation, reward, terminated, truncated, info = episode.env.step(action.astype(np.float32))
+    cost = float(info.get("cost", 0.0))
+    context.advance(float(reward), cost, observation)
+    episode.length += 1
+    if record_steps:
+        episode.step_costs.append(cost)
+    return bool(terminated or truncated)

@@ -45,6 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--header-timeout", type=float, help="seconds a connection has to send a request head"
     )
     parser.add_argument("--keep-alive", type=float, help="idle keep-alive connection timeout (s)")
+    parser.add_argument(
+        "--body-timeout", type=float, help="seconds a request body has to arrive after its head"
+    )
+    parser.add_argument(
+        "--max-connections", type=int, help="open connections per worker before new ones get 503"
+    )
     parser.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
     parser.add_argument(
         "--access-log",
@@ -67,6 +73,8 @@ def settings_environment(args: argparse.Namespace) -> dict[str, str]:
         "CDT_INTRA_OP_THREADS": args.intra_op_threads,
         "CDT_HTTP_HEADER_TIMEOUT_S": args.header_timeout,
         "CDT_HTTP_KEEP_ALIVE_S": args.keep_alive,
+        "CDT_HTTP_BODY_TIMEOUT_S": args.body_timeout,
+        "CDT_HTTP_MAX_CONNECTIONS": args.max_connections,
     }
     return {name: str(value) for name, value in values.items() if value is not None}
 
@@ -114,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
         host=args.host,
         port=args.port,
         workers=args.workers,
-        http=GuardedHTTPProtocol,  # the header timeout and keep-alive of the settings
+        http=GuardedHTTPProtocol,  # the settings' timeouts, connection limit, bounded pipelining
         ws=GuardedWebSocketProtocol,  # a text frame that is not UTF-8 is an ordinary bad frame
         log_level=args.log_level,
         access_log=args.access_log,

@@ -41,7 +41,12 @@ class Settings(BaseSettings):
     redis_breaker_failures: PositiveInt = 3
     """Consecutive Redis failures after which calls answer 503 at once, without trying Redis."""
     redis_breaker_cooldown_s: PositiveFloat = 2.0
-    """How long the tripped breaker answers 503 before Redis is tried again."""
+    """Longest time the tripped breaker answers 503 without trying Redis; a probe closes it
+    sooner, as soon as Redis answers again."""
+    redis_probe_interval_s: PositiveFloat = 0.1
+    """While the breaker is open, or locks of calls that timed out may linger, a background
+    probe tries Redis this often; its first success closes the breaker and releases those
+    locks, so a short stall costs about this much after Redis is back, not the cool-down."""
     redis_lock_ttl_s: PositiveFloat = 5.0
     """Expiry of a Redis episode lock, so a replica that dies mid-step frees the episode."""
     episode_lock_wait_s: PositiveFloat = 2.0
@@ -79,7 +84,8 @@ class Settings(BaseSettings):
     """Batches in flight at once, each in its own thread. onnxruntime releases the GIL, so on 2
     cores two batches' forward passes run in parallel while the loop serves."""
 
-    # connection guards: the HTTP timeouts are applied by `service.http_guard.GuardedHTTPProtocol`
+    # connection guards: the HTTP timeouts and limits are applied by
+    # `service.http_guard.GuardedHTTPProtocol`
     # (`cdt serve`, or `uvicorn --http service.http_guard:GuardedHTTPProtocol`)
     http_header_timeout_s: PositiveFloat = 10.0
     """A connection must send a complete request head within this many seconds of opening or of
@@ -87,8 +93,24 @@ class Settings(BaseSettings):
     http_keep_alive_s: PositiveFloat = 5.0
     """Idle keep-alive connections close after this many seconds (replaces uvicorn's
     `--timeout-keep-alive`)."""
+    http_body_timeout_s: PositiveFloat = 20.0
+    """A request body must be complete within this many seconds of its head, or the connection
+    gets 408 `request_timeout` and is closed (the head timeout ends once the head is read)."""
+    http_max_connections: PositiveInt = 1000
+    """Open connections (websockets included) per worker; a new connection past it gets 503 and
+    is closed at once. Keep it below the process's file limit (`ulimit -n`, often 1024): a 2-core
+    worker serves far fewer active clients than this, so it only bounds idle or slow sockets."""
     ws_max_invalid_frames: PositiveInt = 20
     """Consecutive invalid websocket frames (bad JSON, schema violations) before close 1008."""
+    ws_max_episodes_per_socket: PositiveInt = 256
+    """Live episodes one websocket may have started (and not ended over it); one more `start`
+    answers 429 `socket_episode_limit`, so one socket cannot pile up episodes that outlive it."""
+    public_metrics: bool = False
+    """With tokens configured, serve `/metrics` without a token too (off: it needs one of the
+    API tokens, like /v1). Without tokens everything is open anyway."""
+    public_docs: bool = False
+    """With tokens configured, serve `/docs`, `/redoc` and `/openapi.json` without a token too
+    (off: they need one of the API tokens). Without tokens everything is open anyway."""
     not_ready_retry_after_s: PositiveInt = 5
     """`Retry-After` of a 503 `/readyz` (no model, refused models, a failing store), unless the
     Redis breaker's cool-down is longer."""

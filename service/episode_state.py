@@ -10,17 +10,24 @@ stored episode exactly as it was.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from runtime.budget_guard import (
+    UNGUARDED,
+    GuardAction,
+    GuardDecision,
+    GuardTally,
+)
 from runtime.card import ModelCard
 from runtime.context import EpisodeContext, sample_action
 from service.errors import (
     InvalidInputError,
     PolicyOutputError,
+    StepConflictError,
     StepOutOfOrderError,
 )
 from service.schemas import (
@@ -59,6 +66,13 @@ class EpisodeRecord:
     """Incremented on every write."""
     owner: str = ""
     """The principal that started the episode (a token digest; "" when auth is off)."""
+    budget_guard: bool = True
+    """Whether the budget guard chooses this episode's actions with the model
+    (`runtime.budget_guard`; the request's `budget_guard: false` turns it off)."""
+    guard_action: GuardAction = GuardAction.NONE
+    """What the guard did to the newest action."""
+    guard_tally: GuardTally = field(default_factory=GuardTally)
+    """The episode's guarded steps by action."""
 
 
 def check_observation(observation: Sequence[float], card: ModelCard) -> None:
@@ -98,18 +112,24 @@ def open_episode(
         created_at=now,
         updated_at=now,
         owner=owner,
+        budget_guard=request.budget_guard is not False,
     )
 
 
 def is_retry(record: EpisodeRecord, request: StepRequest) -> bool:
     """True when `request` repeats the last step (answered with its recorded action).
 
-    Raises `StepOutOfOrderError` when its step index is neither that nor the next one.
+    Raises `StepOutOfOrderError` when its step index is neither that nor the next one, and
+    `StepConflictError` when it repeats the last step with another observation.
     """
     current = record.context.step
     if request.step is None or request.step == current + 1:
         return False
     if request.step == current:
+        newest = record.context.states[-1]  # float32, as the observation was stored
+        if not np.array_equal(np.asarray(request.observation, np.float32), newest):
+            detail = f"step {current} was taken with another observation; next is {current + 1}"
+            raise StepConflictError(detail, "observation")
         return True
     detail = f"expected step {current + 1} (or {current} to retry), got {request.step}"
     raise StepOutOfOrderError(detail, "step")
@@ -123,19 +143,44 @@ def advance(context: EpisodeContext, request: StepRequest, card: ModelCard) -> E
     return advanced
 
 
+def guard_decision(record: EpisodeRecord, card: ModelCard) -> GuardDecision:
+    """How the newest action of `record` is chosen: the card's budget guard decides from the
+    budget left and the steps left (unguarded when the episode turned the guard off)."""
+    if not record.budget_guard:
+        return UNGUARDED
+    context = record.context
+    steps_left = card.max_episode_len - context.step
+    return card.guard.decide(context.remaining_cost, steps_left, record.deterministic)
+
+
 def act(
-    context: EpisodeContext, outputs: Outputs, bounds: ActionBounds, deterministic: bool
+    context: EpisodeContext,
+    outputs: Outputs,
+    bounds: ActionBounds,
+    deterministic: bool,
+    *,
+    noise_scale: float = 1.0,
 ) -> None:
     """Record the action the model's outputs give for the newest step of `context`.
 
-    Consumes the context's generator unless `deterministic`; raises `PolicyOutputError` on a
-    non-finite output (the caller's copy is then dropped).
+    Consumes the context's generator unless `deterministic` (`noise_scale`: the budget guard's
+    factor on the noise); raises `PolicyOutputError` on a non-finite output (the caller's copy
+    is then dropped).
     """
     mean, log_std = outputs
     if not (np.isfinite(mean).all() and np.isfinite(log_std).all()):
         raise PolicyOutputError("the model produced a non-finite action for these inputs")
     low, high = bounds
-    context.record_action(sample_action(mean, log_std, context.rng, low, high, deterministic))
+    action = sample_action(
+        mean, log_std, context.rng, low, high, deterministic, noise_scale=noise_scale
+    )
+    context.record_action(action)
+
+
+def guarded(record: EpisodeRecord, decision: GuardDecision) -> EpisodeRecord:
+    """`record` noting what the guard did to its newest action."""
+    action = decision.action
+    return replace(record, guard_action=action, guard_tally=record.guard_tally.add(action))
 
 
 def next_revision(record: EpisodeRecord, context: EpisodeContext, *, now: float) -> EpisodeRecord:
@@ -169,6 +214,9 @@ def step_response(record: EpisodeRecord, card: ModelCard, reply: type[Reply]) ->
         model=record.model,
         model_version=record.model_version,
         warnings=card.budget_warnings(context.target_cost),
+        budget_guard=record.budget_guard,
+        guarded=record.guard_action is not GuardAction.NONE,
+        guard_action=record.guard_action.value,
     )
 
 
@@ -194,6 +242,8 @@ def episode_public(
         created_at=record.created_at,
         expires_at=expires_at,
         warnings=card.budget_warnings(context.target_cost) if card is not None else [],
+        budget_guard=record.budget_guard,
+        guarded_steps=record.guard_tally.guarded_steps,
     )
 
 
@@ -210,4 +260,14 @@ def episode_summary(record: EpisodeRecord) -> EpisodeSummary:
         remaining_reward=context.remaining_reward,
         remaining_cost=context.remaining_cost,
         budget_exhausted=context.budget_exhausted,
+        target_cost=context.target_cost,
+        over_budget=over_budget(context),
+        budget_guard=record.budget_guard,
+        guarded_steps=record.guard_tally.guarded_steps,
+        guarded_steps_by_action=record.guard_tally.counts(),
     )
+
+
+def over_budget(context: EpisodeContext) -> bool:
+    """Whether the episode's cost exceeded the cost limit in force now."""
+    return context.total_cost > context.target_cost

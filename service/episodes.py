@@ -99,14 +99,18 @@ class EpisodeService:
             owner=self.owner,
             now=time.time(),
         )
+        started = time.perf_counter()
         record = await self.inference.create(PendingAction(policy, record))
+        self._observe_step(record, "start", started)
         return step_response(record, policy.card, reply)
 
     async def step(self, episode_id: str, request: StepRequest, *, reply: type[Reply]) -> Reply:
         """Subtract the env's reward and cost, append the observation, return the next action
         as `reply`."""
         stepped = partial(self._stepped, request=request)
+        started = time.perf_counter()
         record = await self.inference.mutate(episode_id, self.owner, stepped)
+        self._observe_step(record, "step", started)
         return step_response(record, self._policy(record).card, reply)
 
     async def update_budget(self, episode_id: str, request: BudgetUpdate) -> EpisodePublic:
@@ -122,7 +126,14 @@ class EpisodeService:
     async def end(self, episode_id: str) -> EpisodeSummary:
         """End an episode; later calls on it answer 410."""
         delete = partial(self.store.delete, episode_id, self.owner)
-        return episode_summary(await self.inference.run(episode_id, delete))
+        summary = episode_summary(await self.inference.run(episode_id, delete))
+        self.metrics.record_episode_end(summary)
+        return summary
+
+    def _observe_step(self, record: EpisodeRecord, kind: str, started: float) -> None:
+        """The per-model step latency (`Metrics.model_step_latency`)."""
+        latency = self.metrics.model_step_latency.labels(record.model, kind)
+        latency.observe(time.perf_counter() - started)
 
     def _stepped(
         self, record: EpisodeRecord, request: StepRequest

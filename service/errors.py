@@ -71,6 +71,15 @@ class StepOutOfOrderError(ServiceError):
     code = "step_out_of_order"
 
 
+class StepConflictError(ServiceError):
+    """The step index repeats the last step with another observation (409): a retry must resend
+    the same step, and a new step needs the next index; retrying the same request cannot
+    succeed."""
+
+    status_code = 409
+    code = "step_conflict"
+
+
 class EpisodeBusyError(ServiceError):
     """Another request held the episode for longer than the lock wait (409, retryable)."""
 
@@ -91,6 +100,14 @@ class EpisodeQuotaError(TooManyEpisodesError):
     """This token holds its quota of live episodes (429)."""
 
     code = "episode_quota_exceeded"
+
+
+class SocketEpisodeLimitError(ServiceError):
+    """This websocket holds its limit of live episodes it started (429); it must end one first,
+    so no `Retry-After`."""
+
+    status_code = 429
+    code = "socket_episode_limit"
 
 
 class ForbiddenError(ServiceError):

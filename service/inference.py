@@ -15,6 +15,7 @@ that fails, or answers a non-finite action, fails only the calls whose actions i
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -23,11 +24,19 @@ from typing import TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
+from runtime.budget_guard import GuardDecision
 from runtime.context import batch_windows
 from runtime.policy import Policy
 from service.batching import TurnBatcher
 from service.config import Settings
-from service.episode_state import EpisodeRecord, Outputs, Window, act
+from service.episode_state import (
+    EpisodeRecord,
+    Outputs,
+    Window,
+    act,
+    guard_decision,
+    guarded,
+)
 from service.errors import ModelError, PolicyOutputError
 from service.locks import LoopLocks, poll_pauses
 from service.metrics import Metrics
@@ -46,17 +55,25 @@ class PendingAction:
     record: EpisodeRecord
     """Its context is the call's own copy, so a failed forward pass changes nothing stored."""
 
+    @functools.cached_property
+    def decision(self) -> GuardDecision:
+        """The budget guard's decision for this action (`runtime.budget_guard`)."""
+        return guard_decision(self.record, self.policy.card)
+
     def window(self) -> Window:
-        """The forward pass's inputs: the context's window, calibrated for its action mode."""
+        """The forward pass's inputs: the context's window, calibrated for its action mode, as
+        the budget guard feeds it."""
         context = self.record.context
         scale = self.policy.card.cost_input_scale(self.record.deterministic, context.target_cost)
-        return context.window(scale)
+        return context.window(scale, cost_left=self.decision.cost_left_fed)
 
     def finish(self, outputs: Outputs) -> EpisodeRecord:
-        """The record with the action the forward pass's outputs give; raises
-        `PolicyOutputError` for non-finite outputs."""
-        act(self.record.context, outputs, self.policy.action_bounds, self.record.deterministic)
-        return self.record
+        """The record with the action the forward pass's outputs give, as the guard decided;
+        raises `PolicyOutputError` for non-finite outputs."""
+        record, decision = self.record, self.decision
+        bounds = self.policy.action_bounds
+        act(record.context, outputs, bounds, record.deterministic, noise_scale=decision.noise_scale)
+        return guarded(record, decision)
 
 
 Plan = Callable[[EpisodeRecord], EpisodeRecord | PendingAction]
@@ -234,10 +251,13 @@ class Inference:
                 try:
                     finished[i] = pending.finish((mean[row], log_std[row]))
                 except PolicyOutputError as refused:  # 422 for this episode's call alone
+                    self.metrics.model_errors.labels(policy.card.name, refused.code).inc()
                     answers[i] = refused
         return finished
 
     def _model_error(self, policy: Policy, error: Exception) -> ModelError:
         card = policy.card
         logger.error("forward pass of %s %s failed", card.name, card.version, exc_info=error)
-        return ModelError(f"the model failed on this input: {error}")
+        failed = ModelError(f"the model failed on this input: {error}")
+        self.metrics.model_errors.labels(card.name, failed.code).inc()
+        return failed

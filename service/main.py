@@ -13,12 +13,13 @@ from typing import Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.config import Settings
-from service.deps import require_token
+from service.deps import require_token, token_accepted
 from service.episodes import EpisodeService
 from service.errors import ServiceError, error_responses
 from service.inference import Inference
@@ -55,6 +56,9 @@ def create_app(settings: Settings | None = None, *, store: SessionStore | None =
     app.state.settings = settings
     app.state.injected_store = store
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    gated = gated_paths(app, settings)
+    if gated:
+        app.add_middleware(TokenGateMiddleware, paths=gated, tokens=settings.api_tokens)
     app.add_exception_handler(ServiceError, _service_error)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation_error)  # type: ignore[arg-type]
     app.add_exception_handler(HTTPException, _http_error)  # type: ignore[arg-type]
@@ -66,6 +70,18 @@ def create_app(settings: Settings | None = None, *, store: SessionStore | None =
         app.include_router(router, prefix="/v1", dependencies=auth, responses=auth_responses(auth))
     app.include_router(stream.router, prefix="/v1")
     return app
+
+
+def gated_paths(app: FastAPI, settings: Settings) -> frozenset[str]:
+    """The paths outside /v1 that need a token: with tokens configured, `/metrics` unless
+    `public_metrics` and the OpenAPI pages unless `public_docs`; none without tokens."""
+    if not settings.api_tokens:
+        return frozenset()
+    paths = set() if settings.public_metrics else {"/metrics"}
+    if not settings.public_docs:
+        docs = (app.docs_url, app.redoc_url, app.openapi_url, app.swagger_ui_oauth2_redirect_url)
+        paths |= {path for path in docs if path}
+    return frozenset(paths)
 
 
 def auth_responses(auth: list[Any]) -> dict[int | str, dict[str, Any]]:
@@ -102,6 +118,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     metrics.models.set(len(repository))
     store = app.state.injected_store or make_store(settings, metrics)
     store.on_evict = metrics.record_evictions
+    store.on_call = metrics.record_store_call
+    metrics.track_store(store.unavailable_for)
     metrics.track_active_episodes(lambda: _count_or_nan(store))
     inference = Inference(store, metrics, settings)
     app.state.service = EpisodeService(repository, store, metrics, settings, inference=inference)
@@ -181,6 +199,34 @@ def allowed_methods(request: Request) -> set[str]:
         if match != Match.NONE:
             methods |= getattr(route, "methods", None) or set()
     return methods
+
+
+class TokenGateMiddleware:
+    """Answer 401 to requests for `paths` without one of `tokens` as bearer token (the routes
+    outside /v1 that `gated_paths` closes: metrics and the OpenAPI pages)."""
+
+    def __init__(self, app: ASGIApp, paths: frozenset[str], tokens: frozenset[str]) -> None:
+        self.app = app
+        self.paths = paths
+        self.tokens = tokens
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] not in self.paths:
+            await self.app(scope, receive, send)
+            return
+        scheme, _, token = Headers(scope=scope).get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and token_accepted(token.strip(), self.tokens):
+            await self.app(scope, receive, send)
+            return
+        with contextlib.suppress(AttributeError):
+            scope["app"].state.service.metrics.errors.labels("unauthorized").inc()
+        body = ErrorResponse(
+            code="unauthorized", detail="missing or invalid bearer token", field="Authorization"
+        )
+        headers = {"WWW-Authenticate": "Bearer"}
+        await JSONResponse(body.model_dump(), status_code=401, headers=headers)(
+            scope, receive, send
+        )
 
 
 class BodySizeLimitMiddleware:

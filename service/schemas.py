@@ -29,6 +29,8 @@ ModelName = Annotated[
 ]
 EpisodeId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 RequestId = Annotated[str, Field(min_length=1, max_length=128)]
+GuardActionName = Literal["none", "less_noise", "mean_action", "fallback"]
+"""What the budget guard did to one action (`runtime.budget_guard.GuardAction`'s values)."""
 
 
 def _integral_float_to_int(value: object) -> object:
@@ -103,6 +105,10 @@ class EpisodeCreate(RequestModel):
     observation: Observation
     seed: Seed | None = None
     deterministic: bool = False
+    budget_guard: bool | None = Field(
+        default=None,
+        description="false turns the budget guard off for this episode; absent or null: on",
+    )
 
 
 class StepRequest(RequestModel):
@@ -168,6 +174,13 @@ class StepResponse(WireModel):
     model: str
     model_version: str
     warnings: list[str] = Field(default_factory=list)
+    budget_guard: bool = Field(default=True, description="the budget guard is on for this episode")
+    guarded: bool = Field(default=False, description="the budget guard changed this action")
+    guard_action: GuardActionName = Field(
+        default="none",
+        description="how: less_noise (sampling noise scaled down), mean_action, or fallback "
+        "(the model card's fallback, by default the model fed cost-to-go 0, mean action)",
+    )
 
 
 class EpisodePublic(WireModel):
@@ -189,6 +202,8 @@ class EpisodePublic(WireModel):
     created_at: float = Field(description="unix time")
     expires_at: float = Field(description="unix time the episode expires if left idle")
     warnings: list[str] = Field(default_factory=list)
+    budget_guard: bool = True
+    guarded_steps: int = Field(default=0, description="actions the budget guard changed so far")
 
 
 class EpisodeSummary(WireModel):
@@ -203,6 +218,13 @@ class EpisodeSummary(WireModel):
     remaining_reward: float
     remaining_cost: float
     budget_exhausted: bool
+    target_cost: float | None = Field(default=None, description="the cost limit at the end")
+    over_budget: bool | None = Field(default=None, description="total cost > the cost limit")
+    budget_guard: bool = True
+    guarded_steps: int = Field(default=0, description="actions the budget guard changed")
+    guarded_steps_by_action: dict[str, int] = Field(
+        default_factory=dict, description="the guarded steps by what the guard did"
+    )
 
 
 class ErrorResponse(WireModel):

@@ -220,7 +220,7 @@ def load_compose(path: Path) -> dict[str, Any]:
 def test_compose_runs_two_replicas_behind_nginx_with_redis():
     compose = load_compose(DOCKER / "compose.yaml")
     services = compose["services"]
-    assert set(services) == {"redis", "service", "lb"}
+    assert set(services) == {"redis", "service", "lb", "prometheus", "grafana"}
     service = services["service"]
     assert service["deploy"]["replicas"] == 2
     environment = service["environment"]
@@ -350,3 +350,72 @@ def _partial_head_is_closed(port: int) -> bool:
             return connection.recv(1024) == b""
         except TimeoutError:
             return False
+
+
+def _yaml(path: Path) -> Any:
+    yaml = pytest.importorskip("yaml")
+    return yaml.safe_load(path.read_text())
+
+
+def test_compose_runs_prometheus_and_grafana_on_this_host_only():
+    services = load_compose(DOCKER / "compose.yaml")["services"]
+    assert services["service"]["environment"]["CDT_PUBLIC_METRICS"] == "true"
+    prometheus, grafana = services["prometheus"], services["grafana"]
+    assert prometheus["image"].startswith("prom/prometheus:")
+    assert grafana["image"].startswith("grafana/grafana:")
+    for service, port in ((prometheus, 9090), (grafana, 3000)):
+        assert service["ports"] == [f"127.0.0.1:{port}:{port}"]
+        for mount in service["volumes"]:
+            source, _, rest = mount.partition(":")
+            assert (DOCKER / source).exists() and rest.endswith(":ro"), mount
+    assert "--config.file=/etc/prometheus/prometheus.yml" in prometheus["command"]
+    password = grafana["environment"]["GF_SECURITY_ADMIN_PASSWORD"]
+    assert password.startswith("${GRAFANA_ADMIN_PASSWORD:?")  # no default password
+    assert grafana["environment"]["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
+
+
+def test_nginx_keeps_metrics_inside_the_compose_network():
+    text = (DOCKER / "nginx.conf").read_text()
+    assert "location = /metrics {\n        return 404;" in text
+
+
+def test_prometheus_scrapes_every_replica_and_loads_the_alerts():
+    config = _yaml(DOCKER / "prometheus.yml")
+    (job,) = config["scrape_configs"]
+    assert job["metrics_path"] == "/metrics"
+    (discovery,) = job["dns_sd_configs"]  # every replica's address, not the balancer's
+    assert discovery["names"] == ["service"] and discovery["port"] == SERVE_PORT
+    assert config["rule_files"] == ["/etc/prometheus/rules.yml"]
+    rules = _yaml(DOCKER / "prometheus-rules.yml")["groups"][0]["rules"]
+    assert {rule["alert"] for rule in rules} == {"CdtEpisodesOverBudget", "CdtModelErrors"}
+
+
+def _dashboard_metrics(expression: str) -> set[str]:
+    import re
+
+    names = set(re.findall(r"\b(cdt_[a-z_]+)", expression))
+    return {re.sub(r"_(bucket|count|sum)$", "", name) for name in names}
+
+
+def test_grafana_dashboard_queries_metrics_the_service_exports():
+    pytest.importorskip("service.metrics")
+    from service.metrics import Metrics
+
+    exported = {metric.name for metric in Metrics().registry.collect()}
+    exported |= {f"{name}_total" for name in exported}  # counters are collected without it
+    dashboard = json.loads((DOCKER / "grafana" / "dashboards" / "cdt-service.json").read_text())
+    queried = set()
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            assert target["datasource"]["uid"] == "cdt-prometheus"
+            queried |= _dashboard_metrics(target["expr"])
+    rules = (DOCKER / "prometheus-rules.yml").read_text()
+    assert queried | _dashboard_metrics(rules) <= exported
+    assert {
+        "cdt_episodes_ended_total", "cdt_episodes_over_budget_total", "cdt_episode_cost_ratio",
+        "cdt_budget_guard_steps_total", "cdt_model_step_latency_seconds", "cdt_model_errors_total",
+    } <= queried  # fmt: skip
+    source = _yaml(DOCKER / "grafana" / "provisioning" / "datasources" / "prometheus.yml")
+    assert source["datasources"][0]["uid"] == "cdt-prometheus"
+    provider = _yaml(DOCKER / "grafana" / "provisioning" / "dashboards" / "cdt.yml")
+    assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"

@@ -12,8 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runtime.card import read_card, update_card
+from runtime.arguments import CommandParser, budget
+from runtime.card import CARD_FILE, read_card, update_card
 from runtime.evaluation_protocol import action_mode
+from runtime.files import check_writable
+from runtime.user_errors import exit_on_user_errors
 from training.data.frontiers import derive_default_targets
 
 
@@ -71,16 +74,28 @@ def record_default_targets(model_dir: Path, targets: list[dict[str, float]]) -> 
     update_card(model_dir, default_targets=targets)
 
 
+def _parser() -> argparse.ArgumentParser:
+    parser = CommandParser(
+        prog="cdt card-update",
+        description="Re-derive a model card's default (reward, cost) targets from a dataset: "
+        "reward PF(kappa) + 10 %% of the reward range at each cost threshold kappa.",
+    )
+    parser.add_argument("model_dir", type=Path, help=f"exported policy folder (its {CARD_FILE})")
+    parser.add_argument("--dataset", type=Path, required=True, help="the model's training data")
+    thresholds = [10.0, 20.0, 40.0]
+    parser.add_argument("--thresholds", type=budget, nargs="+", default=thresholds, metavar="K")
+    return parser
+
+
+@exit_on_user_errors("cdt card-update")
 def main(argv: list[str] | None = None) -> None:
     """`python -m training.card_update MODEL_DIR --dataset FILE`: record default targets."""
-    parser = argparse.ArgumentParser(prog="cdt card-update", description=__doc__)
-    parser.add_argument("model_dir", type=Path)
-    parser.add_argument("--dataset", type=Path, required=True)
-    parser.add_argument("--thresholds", type=float, nargs="+", default=[10.0, 20.0, 40.0])
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     # Deferred on purpose (h5py): `cdt evaluate` and `cdt sweeps` import this module too.
     from training.data.dataset import load_dataset
 
+    read_card(args.model_dir)  # a missing or broken card: one line, before the dataset loads
+    check_writable(args.model_dir / CARD_FILE)
     dataset = load_dataset(args.dataset)
     targets = derive_default_targets(
         dataset.cost_returns, dataset.reward_returns, tuple(args.thresholds)

@@ -4,11 +4,15 @@ Stages, each skipped when its output is already there (run the command again to 
 collect (`datasets/<task>.hdf5`), train (`runs/pipeline-<name>/`, kept checkpoints, resumed from
 `last.pt`), select (`best.pt` by the reported protocol), export (`models/<name>/`), calibrate
 (the mean action, budget by budget, recorded in the card) and evaluate
-(`reports/<name>/evaluation_protocol.json`, recorded in the card).
+(`reports/<name>/evaluation_protocol.json`, recorded in the card). Every value is used as given
+and checked before the first stage, with the dataset (when it exists) and the model folder (one
+the pipeline did not make is never calibrated or re-evaluated). `--smoke` runs every stage
+quickly on a tiny model, to check a set-up end to end.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -20,54 +24,87 @@ from typing import Literal
 
 import tyro
 
+from runtime.arguments import AT_LEAST_0, AT_LEAST_1, unmet
 from runtime.card import CARD_FILE, read_card
 from runtime.evaluation_protocol import SelectionRule
-from runtime.files import write_atomic
+from runtime.files import check_writable, write_atomic
 from runtime.policy import ONNX_FILE
 from runtime.sim import check_task
+from runtime.user_errors import UserError, exit_on_user_errors
 from training.card_update import record_evaluation
 from training.collect.cli import CollectConfig
 from training.collect.cli import finalize as finalize_dataset
 from training.collect.cli import learn as collect_rollouts
+from training.data.dataset import load_dataset
 from training.evaluation.calibrate import CALIBRATIONS, calibrate_model
 from training.evaluation.evaluate import evaluate_protocol, write_report
-from training.evaluation.select_checkpoint import select_best
+from training.evaluation.select_checkpoint import BUDGET_SCALES, select_best
 from training.export import export_checkpoint, quiet_exporter_logs
 from training.learn.checkpoint import load_checkpoint
-from training.learn.config import parse_config
+from training.learn.config import PRESETS, parse_config
 from training.learn.train import cpu_has_native_bf16
 from training.learn.train import train as train_run
+from training.ledger import cpu_name
+from training.train_cli import check_config, check_device
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    """Collect, train, select, export and evaluate one task."""
+    """Collect, train, select, export, calibrate and evaluate one task; rerun to continue.
+
+    Stages, each skipped when its output is there; times on 2 cores (AMD EPYC Zen 3, fp32,
+    docs/decisions/pipeline.md):
+    - collect: datasets/<task>.hdf5 (or --dataset); 47 min for CarRun's paper schedule
+    - train: runs/pipeline-<name>/step_*.pt; 0.6 s a step, so 14,000 steps take ~2.5 h
+    - select: runs/pipeline-<name>/best.pt; select, export and evaluate took 4 min together
+    - export: models/<name>/model.onnx and model.json
+    - calibrate: the scales in models/<name>/model.json; 60 episodes per measured row
+    - evaluate: reports/<name>/evaluation_protocol.json
+
+    `--smoke` runs every stage on a tiny model (20 steps, one episode per row) as the model
+    <name>-smoke, to check a set-up end to end in minutes.
+    """
 
     task: str = "SafetyCarRun-v0"
     """gymnasium env id (Bullet-Safety-Gym task)."""
-    preset: Literal["cpu", "paper"] = "paper"
-    """training preset; `paper` is the one that kept its budgets on the reported protocol."""
+    preset: Literal["cpu-budget", "paper", "cpu"] = "cpu-budget"
+    """training preset: `cpu-budget`, the recipe for every task on a CPU (8,000 steps of a
+    2 x 64 x 4 model; docs/decisions/return-tokens.md), or `paper` (the paper's model, which
+    kept CarRun's budgets at batch 256 over 14,000 steps on a CPU)."""
     device: str = "cpu"
     """training device (`cuda` on a GPU machine)."""
     batch_size: int | None = None
     """default: the preset's on a GPU; 256 on a CPU, the recipe that trained `cdt-carrun-cpu`
-    (the paper's 2,048 takes ~1.8 s per step on 2 cores)."""
+    (the paper's 2,048 takes ~1.8 s per step on 2 cores); 16 with --smoke."""
     update_steps: int | None = None
     """gradient steps; default 18,000 on a GPU, 14,000 on a CPU (where the shipped `paper`-preset
-    CarRun models were chosen)."""
+    CarRun models were chosen), 20 with --smoke."""
     from_step: int | None = None
-    """first kept checkpoint selection considers; default 6,000 on a GPU, 8,000 on a CPU."""
+    """first kept checkpoint selection considers; default 6,000 on a GPU, 8,000 on a CPU, 0 with
+    --smoke."""
     name: str | None = None
-    """model name; default cdt-<task>, e.g. cdt-carrun."""
+    """model name; default cdt-<task>, e.g. cdt-carrun (cdt-carrun-smoke with --smoke)."""
     dataset: Path | None = None
     """dataset to train on, collected there when missing; default datasets/<task>.hdf5 (shipped
     for every paper task, so give another path to time the pipeline from nothing)."""
-    episodes: int = 10
-    """evaluation episodes per seed, per budget and action mode."""
-    seeds: int = 2
-    """evaluation seeds."""
+    episodes: int | None = None
+    """evaluation episodes per seed, per budget and action mode (default 10; 1 with --smoke)."""
+    seeds: int | None = None
+    """evaluation seeds (default 2; 1 with --smoke)."""
+    smoke: bool = False
+    """check the set-up end to end quickly: a tiny model, a checkpoint every few steps, one
+    episode per selection, calibration and evaluation row, one candidate calibration scale; a
+    missing dataset is collected small into the run folder, never into datasets/."""
+
+    def __post_init__(self) -> None:
+        """Refuse values no pipeline can run with (a `UserError`: one line, exit 2)."""
+        counts = {"--batch-size": self.batch_size, "--update-steps": self.update_steps}
+        counts |= {"--episodes": self.episodes, "--seeds": self.seeds}
+        problems = unmet(AT_LEAST_1, counts) + unmet(AT_LEAST_0, {"--from-step": self.from_step})
+        if problems:
+            raise UserError("; ".join(problems))
 
     @property
     def on_gpu(self) -> bool:
@@ -75,16 +112,44 @@ class PipelineConfig:
 
     @property
     def steps(self) -> int:
-        return self.update_steps or (18_000 if self.on_gpu else 14_000)
+        if self.update_steps is not None:
+            return self.update_steps
+        if self.smoke:
+            return 20
+        if self.preset != "paper":
+            return PRESETS[self.preset].update_steps
+        return 18_000 if self.on_gpu else 14_000
 
     @property
     def first_selected_step(self) -> int:
-        return self.from_step or (6_000 if self.on_gpu else 8_000)
+        if self.from_step is not None:
+            return self.from_step
+        if self.smoke:
+            return 0
+        if self.preset != "paper":
+            return min(2_000, self.steps)
+        return 6_000 if self.on_gpu else 8_000
+
+    @property
+    def checkpoint_every(self) -> int:
+        return max(1, self.steps // 2) if self.smoke else 2_000
+
+    @property
+    def evaluation_episodes(self) -> int:
+        return self.episodes if self.episodes is not None else 1 if self.smoke else 10
+
+    @property
+    def evaluation_seeds(self) -> int:
+        return self.seeds if self.seeds is not None else 1 if self.smoke else 2
 
     def training_args(self) -> list[str]:
         """`cdt train` options beyond the paths: the preset and the recipe for this device."""
+        if self.smoke:
+            return self._smoke_training_args()
         args = ["--preset", self.preset, "--device", self.device, "--update-steps", str(self.steps)]
-        batch_size = self.batch_size or (None if self.on_gpu else 256)
+        batch_size = self.batch_size
+        if batch_size is None and not self.on_gpu and self.preset == "paper":
+            batch_size = 256
         args += ["--batch-size", str(batch_size)] if batch_size else []
         # bf16 halves the paper model's CPU step where the CPU multiplies bf16 natively (else it is
         # ~10x slower); the `cpu` preset's narrow model runs 2-3x slower with it either way.
@@ -92,13 +157,28 @@ class PipelineConfig:
         args += ["--bf16"] if self.on_gpu or native else []
         return args
 
+    def _smoke_training_args(self) -> list[str]:
+        """A tiny model for a few steps: the stages run, nothing is learnt."""
+        args = ["--preset", "cpu", "--device", self.device, "--update-steps", str(self.steps)]
+        args += ["--batch-size", str(self.batch_size or 16), "--embedding-dim", "16"]
+        args += ["--num-layers", "1", "--num-heads", "2", "--warmup-steps", "0"]
+        return [*args, "--eval-episodes", "1", "--no-tensorboard"]
+
     @property
     def model_name(self) -> str:
-        return self.name or "cdt-" + self.task.removeprefix("Safety").rsplit("-v", 1)[0].lower()
+        if self.name:
+            return self.name
+        short = self.task.removeprefix("Safety").rsplit("-v", 1)[0].lower()
+        return f"cdt-{short}" + ("-smoke" if self.smoke else "")
 
     @property
     def dataset_path(self) -> Path:
-        return self.dataset or Path("datasets") / f"{self.task}.hdf5"
+        if self.dataset is not None:
+            return self.dataset
+        shared = Path("datasets") / f"{self.task}.hdf5"
+        if self.smoke and not shared.is_file():  # a smoke run's tiny data stays in its folder
+            return self.run_dir / f"{self.task}.hdf5"
+        return shared
 
     @property
     def run_dir(self) -> Path:
@@ -119,13 +199,22 @@ class PipelineConfig:
 
 def collect(config: PipelineConfig) -> None:
     collect_config = CollectConfig(task=config.task, out=config.dataset_path)
+    if config.smoke:  # one short epoch in the run's folder: the stage runs, nothing is learnt
+        collect_config = dataclasses.replace(
+            collect_config,
+            run_dir=config.run_dir / "collect",
+            epochs=1,
+            steps_per_epoch=1_000,
+            num_envs=2,
+        )
     collect_rollouts(collect_config)
     finalize_dataset(collect_config)
 
 
 def train(config: PipelineConfig) -> None:
     args = ["--dataset", str(config.dataset_path), *config.training_args()]
-    args += ["--eval-every", "0", "--checkpoint-every", "2000", "--keep-checkpoints"]
+    args += ["--eval-every", "0", "--checkpoint-every", str(config.checkpoint_every)]
+    args += ["--keep-checkpoints"]
     args += ["--out-dir", str(config.run_dir.parent), "--run-name", config.run_dir.name]
     if (config.run_dir / "last.pt").is_file():  # an interrupted run continues where it stopped
         args += ["--resume", str(config.run_dir / "last.pt")]
@@ -133,7 +222,9 @@ def train(config: PipelineConfig) -> None:
 
 
 def select(config: PipelineConfig) -> None:
-    select_best(config.run_dir, SelectionRule(), config.first_selected_step)
+    episodes = 1 if config.smoke else None
+    scales = (1.0,) if config.smoke else BUDGET_SCALES
+    select_best(config.run_dir, SelectionRule(), config.first_selected_step, scales, episodes)
 
 
 def export(config: PipelineConfig) -> None:
@@ -142,7 +233,11 @@ def export(config: PipelineConfig) -> None:
 
 
 def calibrate(config: PipelineConfig) -> None:
-    if calibrate_model(config.model_dir) is None:
+    if config.smoke:
+        chosen = calibrate_model(config.model_dir, scales=(1.0,), episodes=1)
+    else:
+        chosen = calibrate_model(config.model_dir)
+    if chosen is None:
         logger.warning("the mean action keeps the graph's budget scale: no calibration counted")
 
 
@@ -157,7 +252,12 @@ def _calibrated(config: PipelineConfig) -> bool:
 
 
 def evaluate(config: PipelineConfig) -> None:
-    result = evaluate_protocol(config.model_dir, episodes=config.episodes, seeds=config.seeds)
+    result = evaluate_protocol(
+        config.model_dir,
+        episodes=config.evaluation_episodes,
+        seeds=config.evaluation_seeds,
+        workers=1 if config.smoke else 2,
+    )
     write_report(result, config.report.parent, "protocol")
     record_evaluation(config.model_dir, "protocol", result)
 
@@ -198,6 +298,8 @@ def run_pipeline(config: PipelineConfig, stages: list[Stage] = STAGES) -> dict[s
     in the run's folder, so the time from nothing to a served policy survives stops and resumes.
     """
     seconds: dict[str, float] = {}
+    config.run_dir.mkdir(parents=True, exist_ok=True)
+    (config.run_dir / "cpu.txt").write_text(cpu_name() + "\n")  # for bench/pipeline_stages.py
     for number, (name, run, done) in enumerate(stages, start=1):
         if done(config):
             logger.info("[%d/%d] %s: done already, skipped", number, len(stages), name)
@@ -214,15 +316,36 @@ def run_pipeline(config: PipelineConfig, stages: list[Stage] = STAGES) -> dict[s
     return seconds
 
 
+def check_before_running(config: PipelineConfig) -> None:
+    """Before the first stage: the task, the training settings, an existing dataset, the folders
+    written, and that an existing model folder is this pipeline's own."""
+    try:
+        check_task(config.task)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    check_device(config.device)
+    # The training values as `cdt train` checks them (any existing file stands in for the data).
+    check_config(parse_config(["--dataset", __file__, *config.training_args()]))
+    if config.dataset_path.is_file():
+        load_dataset(config.dataset_path)  # a corrupt file: one line now, not after "collect"
+    else:
+        check_writable(config.dataset_path, option="--dataset")
+    for folder in (config.run_dir, config.model_dir, config.report.parent):
+        check_writable(folder, folder=True)
+    if (config.model_dir / CARD_FILE).exists() and not config.run_dir.is_dir():
+        raise UserError(
+            f"{config.model_dir} holds a model this pipeline did not make (no {config.run_dir}):"
+            " give another --name"
+        )
+
+
+@exit_on_user_errors("cdt pipeline")
 def main(argv: list[str] | None = None) -> None:
     """Entry point of `cdt pipeline`."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = sys.argv[1:] if argv is None else argv
     config = tyro.cli(PipelineConfig, args=args, prog="cdt pipeline")
-    try:
-        check_task(config.task)
-    except ValueError as error:
-        raise SystemExit(f"cdt pipeline: {error}") from None
+    check_before_running(config)
     try:
         seconds = run_pipeline(config)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM during training: every stage resumes

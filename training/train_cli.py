@@ -17,6 +17,7 @@ import dataclasses
 import logging
 import math
 import sys
+import time
 from pathlib import Path
 
 from runtime.arguments import (
@@ -28,6 +29,7 @@ from runtime.arguments import (
 )
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.learn.config import ConfigError, TrainConfig, parse_config
+from training.ledger import LedgerEntry, record
 
 
 def _flag(name: str) -> str:
@@ -82,11 +84,15 @@ def check_device(device: str) -> None:
     import torch
 
     try:
-        kind = torch.device(device).type
+        chosen = torch.device(device)
     except RuntimeError as error:
         raise UserError(f"--device {device}: {error}") from None
-    if kind == "cuda" and not torch.cuda.is_available():
+    if chosen.type != "cuda":
+        return
+    if not torch.cuda.is_available():
         raise UserError(f"--device {device}: this machine has no CUDA GPU (use --device cpu)")
+    if chosen.index is not None and chosen.index >= torch.cuda.device_count():
+        raise UserError(f"--device {device}: this machine has {torch.cuda.device_count()} GPUs")
 
 
 def run_dir_of(config: TrainConfig, task: str) -> Path:
@@ -118,27 +124,49 @@ def main(argv: list[str] | None = None) -> None:
     check_config(config)
     check_run_dir(config)
     # Deferred on purpose: these import torch and h5py (seconds), which parsing never needs.
+    from training.data.dataset import read_task
     from training.evaluation.checkpoint_scores import score_in_training
     from training.learn.checkpoint import CheckpointError
     from training.learn.interrupt import TrainingInterrupted
     from training.learn.probe import BudgetIgnored
     from training.learn.train import train
 
+    task = read_task(config.dataset)
     check_device(config.device)
+    started = time.perf_counter()
+
+    def log_run(outcome: str, steps: int | None) -> None:
+        record(
+            LedgerEntry(
+                "train",
+                str(config.resume.parent if config.resume else run_dir_of(config, task)),
+                outcome,
+                task=task,
+                algorithm=config.algo,
+                recipe=config.preset,
+                seed=config.seed,
+                steps=steps,
+                wall_s=time.perf_counter() - started,
+            )
+        )
+
     try:
         path = train(config, evaluate_checkpoint=score_in_training)
     except CheckpointError as error:
         raise UserError(str(error)) from None
     except BudgetIgnored as stopped:
+        log_run(f"stopped: {stopped}", stopped.step)
         print(f"cdt train: {stopped}", file=sys.stderr)
         raise SystemExit(3) from None
     except TrainingInterrupted as stopped:
+        log_run("interrupted (resumable)", stopped.step)
         print(
             f"interrupted at step {stopped.step}; continue with: "
             f"cdt train --resume {stopped.checkpoint}",
             file=sys.stderr,
         )
         raise SystemExit(130) from None
+    log_run("done", config.update_steps)
     print(f"checkpoint: {path}")
 
 

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from service.deps import EpisodeServiceDep, token_accepted, websocket_token
 from service.episodes import EpisodeService
-from service.errors import ServiceError
+from service.errors import ServiceError, SocketEpisodeLimitError
 from service.schemas import (
     StreamAction,
     StreamBudget,
@@ -77,6 +77,7 @@ async def serve_frames(websocket: WebSocket, service: EpisodeService) -> None:
     """Answer frames until the client leaves or a close is due."""
     settings = service.settings
     invalid_run = 0
+    started: set[str] = set()  # live episodes this socket started (ws_max_episodes_per_socket)
     while True:
         frame = await receive_frame(websocket)
         if len(frame) > settings.max_body_bytes:
@@ -84,7 +85,7 @@ async def serve_frames(websocket: WebSocket, service: EpisodeService) -> None:
             await websocket.send_text(error.model_dump_json())
             await websocket.close(status.WS_1009_MESSAGE_TOO_BIG, "frame too big")
             return
-        reply, invalid = await handle_frame(frame, service)
+        reply, invalid = await handle_frame(frame, service, started)
         invalid_run = invalid_run + 1 if invalid else 0
         await websocket.send_text(reply.model_dump_json())
         if invalid_run >= settings.ws_max_invalid_frames:
@@ -93,8 +94,13 @@ async def serve_frames(websocket: WebSocket, service: EpisodeService) -> None:
             return
 
 
-async def handle_frame(frame: str | bytes, service: EpisodeService) -> tuple[BaseModel, bool]:
-    """Validate and run one frame; returns the reply and whether the frame was invalid."""
+async def handle_frame(
+    frame: str | bytes, service: EpisodeService, started: set[str]
+) -> tuple[BaseModel, bool]:
+    """Validate and run one frame; returns the reply and whether the frame was invalid.
+
+    `started` holds the live episodes the socket started (it adds and drops them).
+    """
     try:
         message = StreamMessage.model_validate_json(frame).root
     except ValidationError as invalid:
@@ -104,7 +110,7 @@ async def handle_frame(frame: str | bytes, service: EpisodeService) -> tuple[Bas
         error.request_id, error.episode_id = frame_ids(frame)
         return error, True
     try:
-        return await dispatch(message, service), False
+        return await dispatch(message, service, started), False
     except ServiceError as refused:
         service.metrics.errors.labels(refused.code).inc()
         error = _error(refused.status_code, refused.code, refused.detail, refused.field)
@@ -129,8 +135,8 @@ def frame_ids(frame: str | bytes) -> tuple[str | None, str | None]:
     )
 
 
-async def dispatch(message: Inbound, service: EpisodeService) -> BaseModel:
-    """Run one validated frame against the episode service."""
+async def dispatch(message: Inbound, service: EpisodeService, started: set[str]) -> BaseModel:
+    """Run one validated frame against the episode service; `started`: as `handle_frame`."""
     request_id = message.request_id
     if isinstance(message, StreamStep):  # most frames are steps: tested first
         with service.timed("ws", "step"):
@@ -138,8 +144,13 @@ async def dispatch(message: Inbound, service: EpisodeService) -> BaseModel:
         action.request_id = request_id
         return action
     if isinstance(message, StreamStart):
+        limit = service.settings.ws_max_episodes_per_socket
+        if len(started) >= limit:
+            detail = f"this socket started {limit} live episodes, its limit; end one first"
+            raise SocketEpisodeLimitError(detail, "type")
         with service.timed("ws", "start"):
             action = await service.start(message, reply=StreamAction)
+        started.add(action.episode_id)
         action.request_id = request_id
         return action
     # validating the reply's fields costs a third of `model_construct(**dict(answer))`
@@ -147,6 +158,7 @@ async def dispatch(message: Inbound, service: EpisodeService) -> BaseModel:
         state = await service.update_budget(message.episode_id, message)
         return StreamState(**vars(state), request_id=request_id)
     ended = await service.end(message.episode_id)
+    started.discard(message.episode_id)
     return StreamEnded(**vars(ended), request_id=request_id)
 
 

@@ -9,6 +9,7 @@ concurrent requests on one episode apply one after the other instead of failing.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -23,6 +24,9 @@ from service.errors import (
 )
 
 EvictionHook = Callable[[int], None]
+CallHook = Callable[[str, float], None]
+"""Called with an operation ("claim", "commit", "get"...) and the seconds its store round trip
+took (the store-latency metric)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,8 @@ class SessionStore(Protocol):
     ttl_s: float
     on_evict: EvictionHook | None
     """Called with the number of idle episodes just expired (metrics)."""
+    on_call: CallHook | None
+    """Called after each round trip to a remote store (metrics); never in memory."""
 
     def create(self, record: EpisodeRecord) -> None:
         """Store a new episode; raises `TooManyEpisodesError` at the cap or the owner's quota."""
@@ -94,10 +100,14 @@ def full(max_episodes: int) -> TooManyEpisodesError:
     )
 
 
-def over_quota(quota: int) -> EpisodeQuotaError:
-    """429: the owner holds its quota of live episodes."""
+def over_quota(quota: int, frees_in_s: float) -> EpisodeQuotaError:
+    """429: the owner holds its quota of live episodes, the oldest idle of which expires in
+    `frees_in_s` (its `Retry-After`: a slot frees only when an episode ends or expires)."""
+    retry_after = max(1, math.ceil(frees_in_s))
     return EpisodeQuotaError(
-        f"this token holds its quota of {quota} live episodes; end finished episodes or retry later"
+        f"this token holds its quota of {quota} live episodes; end finished episodes, or retry "
+        f"in {retry_after} s when its least recently used episode expires",
+        retry_after=retry_after,
     )
 
 

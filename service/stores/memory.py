@@ -12,6 +12,7 @@ from service.config import Settings
 from service.episode_state import EpisodeRecord
 from service.errors import ServiceError
 from service.stores.base import (
+    CallHook,
     Claim,
     Claimed,
     EvictionHook,
@@ -47,6 +48,7 @@ class InMemorySessionStore:
         self.ended_ttl_s = ended_ttl_s
         self._clock = clock
         self.on_evict = on_evict
+        self.on_call: CallHook | None = None  # never called: nothing here is a round trip
         self._records: dict[str, EpisodeRecord] = {}
         self._deadlines: OrderedDict[str, float] = OrderedDict()  # oldest write first
         self._gone: OrderedDict[str, tuple[str, float, str]] = OrderedDict()  # reason, until, owner
@@ -72,7 +74,7 @@ class InMemorySessionStore:
             if len(self._records) >= self.max_episodes:
                 raise full(self.max_episodes)
             if quota is not None and self._owned[record.owner] >= quota:
-                raise over_quota(quota)
+                raise over_quota(quota, self._oldest_deadline(record.owner) - self._clock())
             self._write(record)
 
     def get(self, episode_id: str, owner: str) -> EpisodeRecord:
@@ -154,6 +156,15 @@ class InMemorySessionStore:
         if tombstone is not None and tombstone[2] == owner:
             raise gone(episode_id, tombstone[0])
         raise not_found(episode_id)
+
+    def _oldest_deadline(self, owner: str) -> float:
+        """When the least recently written of `owner`'s live episodes expires (the deadlines
+        are in write order: the first of the owner's is the earliest)."""
+        return next(
+            deadline
+            for episode_id, deadline in self._deadlines.items()
+            if self._records[episode_id].owner == owner
+        )
 
     def _write(self, record: EpisodeRecord) -> None:
         if record.episode_id not in self._records:

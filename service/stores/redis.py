@@ -1,17 +1,24 @@
 """`RedisSessionStore`: the store contract over Redis, so any worker or replica serves any
 episode. Records are `service.stores.codec` bytes; every check-and-write is one Lua script
-(`service.stores.redis_scripts`), and a batch costs two round trips whatever its size."""
+(`service.stores.redis_scripts`), and a batch costs two round trips whatever its size.
+
+A Redis stall must not outlast itself. Calls time out after `socket_timeout_s` and a breaker
+then fails fast, but a background probe closes it as soon as Redis answers again. A call that
+timed out may still reach Redis once it resumes: its lock scripts would then take locks that
+nobody releases for `lock_ttl_s`. So the tokens of every failed call that may hold locks are
+abandoned: the probe releases their locks and marks the tokens, and a lock script carrying a
+marked token takes nothing, whichever of the two Redis runs first.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import secrets
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from functools import partial
 from typing import Any, Self
 
 import redis
@@ -20,13 +27,14 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
-from service.breaker import CircuitBreaker
+from service.breaker import CircuitBreaker, Prober
 from service.config import Settings
 from service.episode_state import EpisodeRecord
 from service.errors import ServiceError, StoreUnavailableError
 from service.locks import episode_busy, poll_pauses
 from service.stores import redis_scripts
 from service.stores.base import (
+    CallHook,
     Claim,
     Claimed,
     EvictionHook,
@@ -41,6 +49,15 @@ from service.stores.codec import decode_record, encode_record
 logger = logging.getLogger(__name__)
 ScriptCall = tuple[Script, list[str], list[Any]]
 """A registered Lua script, its keys and its arguments."""
+Lock = tuple[str, str]
+"""A lock key and the token a call locks it with."""
+ABANDONED_TTL_S = 60.0
+"""How long an abandoned token stays marked: a lock script of it that reaches Redis later than
+this (a stall of over a minute) takes its lock after all, which expires after `lock_ttl_s`."""
+MAX_ABANDONED = 10_000
+"""Abandoned tokens remembered for release; beyond it the oldest are left to expire."""
+PROBE_BATCH = 1_000
+"""Abandoned locks one probe releases (one pipeline)."""
 
 
 def _text(reply: bytes | None) -> str:
@@ -77,6 +94,7 @@ class RedisSessionStore:
         socket_timeout_s: float = 0.25,
         connect_timeout_s: float = 0.25,
         breaker: CircuitBreaker | None = None,
+        probe_interval_s: float = 0.1,
         on_evict: EvictionHook | None = None,
     ) -> None:
         self.ttl_s = ttl_s
@@ -87,7 +105,11 @@ class RedisSessionStore:
         self.lock_ttl_s = lock_ttl_s
         self.lock_wait_s = lock_wait_s
         self.on_evict = on_evict
+        self.on_call: CallHook | None = None
         self._breaker = breaker if breaker is not None else CircuitBreaker(3, 2.0)
+        self._abandoned: dict[str, str] = {}  # token -> lock key, oldest first
+        self._abandoned_lock = threading.Lock()
+        self._prober = Prober(self._probe, self._probe_needed, probe_interval_s)
         self._redis = redis.Redis.from_url(
             url,  # replies stay bytes: records are binary (`encode_record`)
             socket_timeout=socket_timeout_s,
@@ -99,6 +121,7 @@ class RedisSessionStore:
         self._commit = self._redis.register_script(redis_scripts.COMMIT)
         self._release = self._redis.register_script(redis_scripts.RELEASE)
         self._delete = self._redis.register_script(redis_scripts.DELETE)
+        self._abandon_script = self._redis.register_script(redis_scripts.ABANDON)
 
     @classmethod
     def from_settings(cls, url: str, settings: Settings) -> Self:
@@ -117,6 +140,7 @@ class RedisSessionStore:
             breaker=CircuitBreaker(
                 settings.redis_breaker_failures, settings.redis_breaker_cooldown_s
             ),
+            probe_interval_s=settings.redis_probe_interval_s,
         )
 
     def _keys(self, episode_id: str, owner: str) -> list[str]:
@@ -129,10 +153,14 @@ class RedisSessionStore:
             f"{prefix}:lock:{episode_id}",
         ]
 
-    def _write_args(self, record: EpisodeRecord) -> list[bytes | str | int]:
+    def _marker(self, token: str) -> str:
+        """The key that marks `token` abandoned (`redis_scripts.ABANDON`)."""
+        return f"{self.prefix}:abandoned:{token}"
+
+    def _write_args(self, record: EpisodeRecord, now_ms: int = 0) -> list[bytes | str | int]:
         ttl_ms = int(self.ttl_s * 1000)
         known_ms = ttl_ms + int(self.ended_ttl_s * 1000)
-        now_ms = int(time.time() * 1000)
+        now_ms = now_ms or int(time.time() * 1000)
         return [
             *(encode_record(record), record.revision, now_ms, ttl_ms, known_ms),
             *(record.episode_id, record.owner),
@@ -141,21 +169,22 @@ class RedisSessionStore:
     def create(self, record: EpisodeRecord) -> None:
         """Store a new episode; raises `TooManyEpisodesError` at the cap or the owner's quota."""
         quota = quota_of(record.owner, self.max_per_owner)
-        args = [*self._write_args(record), self.max_episodes, quota or 0]
-        with self._guarded():
-            created, evicted = self._create(
+        now_ms = int(time.time() * 1000)
+        args = [*self._write_args(record, now_ms), self.max_episodes, quota or 0]
+        with self._guarded("create"):
+            created, evicted, *oldest = self._create(
                 keys=self._keys(record.episode_id, record.owner), args=args
             )
         self._report_evictions(int(evicted))
         if int(created) == -1:
             raise full(self.max_episodes)
-        if int(created) == -2:
-            raise over_quota(quota or 0)
+        if int(created) == -2:  # a slot frees when an episode ends, or the oldest idle expires
+            raise over_quota(quota or 0, (float(oldest[0]) - now_ms) / 1000)
 
     def get(self, episode_id: str, owner: str) -> EpisodeRecord:
         """Raises `EpisodeNotFoundError` (unknown, or not `owner`'s) or `EpisodeGoneError`."""
         episode_key, known_key, *_ = self._keys(episode_id, owner)
-        with self._guarded():
+        with self._guarded("get"):
             pipeline = self._redis.pipeline(transaction=False)
             pipeline.hmget(episode_key, ["data", "owner"])
             pipeline.get(known_key)
@@ -166,23 +195,46 @@ class RedisSessionStore:
 
     def delete(self, episode_id: str, owner: str) -> EpisodeRecord:
         """End an episode after the batch holding it (any worker's or replica's) and return its
-        last record; raises `EpisodeBusyError` when it is still held after `lock_wait_s`."""
-        deadline = time.monotonic() + self.lock_wait_s
+        last record; raises `EpisodeBusyError` when it is still held after `lock_wait_s`, and
+        `RecordFormatError` for a record this release cannot read, which stays as it is.
+
+        The record is read and decoded first, then deleted only if its revision is still the
+        one decoded: two round trips (ending is rare), and nothing unreadable is deleted.
+        """
         keys = self._keys(episode_id, owner)
-        args: list[str | int] = [owner, int(self.ended_ttl_s * 1000), episode_id]
-        delete = partial(self._delete, keys=keys, args=args)
-        return decode_record(self._locked(delete, episode_id, owner, deadline))
+        pauses = poll_pauses(episode_id, self.lock_wait_s, time.monotonic() + self.lock_wait_s)
+        record, revision = None, ""  # nothing read yet: the script answers without deleting
+        while True:
+            args: list[str | int] = [owner, int(self.ended_ttl_s * 1000), episode_id, revision]
+            with self._guarded("delete"):
+                outcome, value = self._delete(keys=keys, args=args)
+            if int(outcome) == 1 and record is not None:
+                return record
+            if int(outcome) == 2:  # read (again): another revision was written meanwhile
+                record = decode_record(value)
+                revision = str(record.revision)
+            elif int(outcome) < 0:
+                raise _missing(episode_id, owner, _text(value))
+            else:  # a batch holds the episode
+                time.sleep(next(pauses))
 
     def claim_many(self, episodes: list[tuple[str, str]]) -> list[Claimed]:
         """Lock and read several episodes in one round trip (a pipeline of lock scripts)."""
         lock_ms = int(self.lock_ttl_s * 1000)
         tokens = [secrets.token_hex(8) for _ in episodes]
-        calls: list[ScriptCall] = [
-            (self._acquire, self._keys(episode_id, owner), [owner, token, lock_ms])
-            for (episode_id, owner), token in zip(episodes, tokens, strict=True)
-        ]
-        with self._guarded():
-            replies = self._pipelined(calls)
+        calls: list[ScriptCall] = []
+        locks: list[Lock] = []
+        for (episode_id, owner), token in zip(episodes, tokens, strict=True):
+            keys = self._keys(episode_id, owner)
+            calls.append((self._acquire, [*keys, self._marker(token)], [owner, token, lock_ms]))
+            locks.append((keys[4], token))
+        try:
+            with self._guarded("claim"):
+                replies = self._pipelined(calls)
+        except StoreUnavailableError as failed:
+            if failed.__cause__ is not None:  # sent: Redis may run the scripts when it resumes
+                self._abandon(locks)
+            raise
         claims: list[Claimed] = []
         for (episode_id, owner), (_, keys, _), token, (outcome, value) in zip(
             episodes, calls, tokens, replies, strict=True
@@ -206,14 +258,20 @@ class RedisSessionStore:
     def commit_many(self, writes: list[tuple[Claim, EpisodeRecord]]) -> list[ServiceError | None]:
         """Write the changed records and release every claim, in one round trip."""
         calls: list[ScriptCall] = []
+        locks: list[Lock] = []
         for claim, updated in writes:
             keys = self._keys(updated.episode_id, updated.owner)
+            locks.append((keys[4], claim.token))
             if updated is claim.record:
                 calls.append((self._release, keys[4:], [claim.token]))
             else:
                 calls.append((self._commit, keys, [*self._write_args(updated), claim.token]))
-        with self._guarded():
-            replies = self._pipelined(calls)
+        try:
+            with self._guarded("commit"):
+                replies = self._pipelined(calls)
+        except StoreUnavailableError:  # sent or not, the claims' locks are held: release them
+            self._abandon(locks)
+            raise
         return [
             None if updated is claim.record else self._commit_error(updated, int(outcome))
             for (claim, updated), outcome in zip(writes, replies, strict=True)
@@ -222,7 +280,7 @@ class RedisSessionStore:
     def count(self) -> int:
         """Live episodes (expired ones are swept first)."""
         live_key = f"{self.prefix}:live"
-        with self._guarded():
+        with self._guarded("count"):
             evicted = self._redis.zremrangebyscore(live_key, "-inf", int(time.time() * 1000))
             live = self._redis.zcard(live_key)
         self._report_evictions(int(evicted))
@@ -231,36 +289,20 @@ class RedisSessionStore:
     def ping(self) -> bool:
         """True when Redis answers (False at once while the breaker is open)."""
         try:
-            with self._guarded():
+            with self._guarded("ping"):
                 return bool(self._redis.ping())
         except StoreUnavailableError:
             return False
 
     def unavailable_for(self) -> float:
-        """Seconds the tripped breaker keeps answering 503 without trying Redis; 0 when closed."""
+        """Seconds the tripped breaker keeps answering 503 unless a probe gets through first; 0
+        when closed."""
         return self._breaker.open_for()
 
     def close(self) -> None:
-        """Close the connection pool."""
+        """Stop the probe and close the connection pool."""
+        self._prober.close()
         self._redis.close()
-
-    def _locked(
-        self, attempt: Callable[[], Any], episode_id: str, owner: str, deadline: float
-    ) -> bytes:
-        """Run a lock-respecting script until no other request holds the episode; its data.
-
-        Raises 404 or 410 when `owner` has no such episode, `EpisodeBusyError` when the lock is
-        still held at `deadline` (monotonic).
-        """
-        pauses = poll_pauses(episode_id, self.lock_wait_s, deadline)
-        while True:
-            with self._guarded():
-                outcome, value = attempt()
-            if int(outcome) == 1:
-                return bytes(value)
-            if int(outcome) < 0:
-                raise _missing(episode_id, owner, _text(value))
-            time.sleep(next(pauses))
 
     def _commit_error(self, record: EpisodeRecord, outcome: int) -> ServiceError | None:
         """Why the commit script wrote nothing, or None when it wrote `record`."""
@@ -271,9 +313,50 @@ class RedisSessionStore:
         return None
 
     def _unlock(self, keys: list[str], token: str) -> None:
-        # best effort: if Redis is unreachable the lock expires after lock_ttl_s
-        with contextlib.suppress(StoreUnavailableError), self._guarded():
-            self._release(keys=keys[4:], args=[token])
+        try:
+            with self._guarded("commit"):
+                self._release(keys=keys[4:], args=[token])
+        except StoreUnavailableError:  # released by the probe once Redis answers
+            self._abandon([(keys[4], token)])
+
+    def _abandon(self, locks: Iterable[Lock]) -> None:
+        """Have the probe release these locks, now or whenever their scripts reach Redis."""
+        with self._abandoned_lock:
+            for lock_key, token in locks:
+                self._abandoned[token] = lock_key
+            while len(self._abandoned) > MAX_ABANDONED:  # the oldest expire by themselves
+                del self._abandoned[next(iter(self._abandoned))]
+        self._prober.wake()
+
+    def _probe_needed(self) -> bool:
+        return bool(self._abandoned) or self._breaker.open_for() > 0
+
+    def _probe(self) -> None:
+        """One probe (the prober's thread): release abandoned locks, or PING; a success closes
+        the breaker."""
+        with self._abandoned_lock:
+            abandoned = list(self._abandoned.items())[:PROBE_BATCH]
+        marker_ms = int(ABANDONED_TTL_S * 1000)
+        calls: list[ScriptCall] = [
+            (self._abandon_script, [lock_key, self._marker(token)], [token, marker_ms])
+            for token, lock_key in abandoned
+        ]
+        try:
+            if calls:
+                self._pipelined(calls)
+            else:
+                self._redis.ping()
+        except redis.ResponseError as refused:  # Redis answered: these locks are left to expire
+            logger.warning("releasing abandoned locks failed: %s", refused)
+        except redis.RedisError as error:
+            self._breaker.failed()
+            logger.debug("session store probe failed: %s", error)
+            return
+        else:
+            self._breaker.succeeded()
+        with self._abandoned_lock:
+            for token, _ in abandoned:
+                self._abandoned.pop(token, None)
 
     def _pipelined(self, calls: list[ScriptCall]) -> list[Any]:
         """Run scripts in one pipeline of EVALSHA; their replies.
@@ -306,17 +389,25 @@ class RedisSessionStore:
             self.on_evict(evicted)
 
     @contextmanager
-    def _guarded(self) -> Iterator[None]:
-        """Turn Redis failures into a 503 that names no address; fail fast while tripped."""
-        open_for = self._breaker.open_for()
-        if open_for > 0:
-            retry_after = math.ceil(open_for)
+    def _guarded(self, operation: str) -> Iterator[None]:
+        """Turn Redis failures into a 503 that names no address; fail fast while tripped.
+
+        `operation` labels the call's duration for `on_call` (the store-latency metric).
+        """
+        if self._breaker.open_for() > 0:
+            # the probe closes the breaker as soon as Redis answers: retrying soon may work
+            retry_after = math.ceil(min(self._breaker.open_for(), self._prober.interval_s)) or 1
             detail = f"session store unavailable; retry in {retry_after} s"
             raise StoreUnavailableError(detail, retry_after=retry_after)
+        started = time.perf_counter()
         try:
             yield
         except redis.RedisError as error:
             self._breaker.failed()
+            self._prober.wake()  # closes the breaker once Redis answers again
             logger.warning("session store call failed: %s", error)  # the address stays here
             raise StoreUnavailableError("session store unavailable") from error
+        finally:
+            if self.on_call is not None:
+                self.on_call(operation, time.perf_counter() - started)
         self._breaker.succeeded()

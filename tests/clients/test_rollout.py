@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from clients.rollout import RolloutConfig, main, parse_cost_schedule, run_rollouts, summarise
+from clients.rollout import (
+    EpisodeOutcome,
+    RolloutConfig,
+    check_schedule,
+    main,
+    parse_cost_schedule,
+    printed_summary,
+    run_rollouts,
+    summarise,
+)
 from service.config import Settings
 from tests.clients.live_server import serve_in_thread
 from tests.service.toy_policy import write_test_policy
@@ -74,7 +83,49 @@ def test_rollout_cli_prints_verdicts_budget_changes_and_the_share_over(
     assert len(lines) == 2
     assert all("limit 20 -> 5 at step 30" in line for line in lines)
     assert all(line.endswith(("within budget", "OVER budget")) for line in lines)
-    assert '"episodes_over_budget"' in out and '"share_over_budget"' in out
+    summary = json.loads(out.splitlines()[-1])  # the summary is the last line, one JSON line
+    assert summary["episodes"] == 2 and summary["safe"] == (summary["episodes_over_budget"] == 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--cost-schedule", "0:20,5000:5"], "episodes end after 100 steps"),
+        (["--cost-schedule", "100:5"], "changes the limit at step 100"),
+        (["--task", "SafetyCarRun-v0"], "pass --force"),  # the same sizes, another task
+        (["--task", "Nope-v0"], "no simulator task 'Nope-v0'"),
+    ],
+)
+def test_rollout_cli_refuses_before_the_first_episode(
+    ballrun_url: str, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--server", ballrun_url, "--model", "toy", "--episodes", "1", *argv])
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.err.count("\n") == 1
+    assert "seed 0" not in captured.out  # no episode ran
+
+
+def _outcome(seed: int, cost: float) -> EpisodeOutcome:
+    return EpisodeOutcome(seed, 100, 400.0 + seed, cost, 10.0, 10.0, 0.8, cost / 10.0)
+
+
+def test_summary_is_safe_only_when_no_episode_went_over() -> None:
+    outcomes = [_outcome(0, 5.0), _outcome(1, 7.0), _outcome(2, 11.0)]  # the README's example
+    summary = summarise(outcomes)
+    assert summary["episodes_over_budget"] == 1 and summary["safe"] is False
+    assert summary["mean_within_budget"] is True  # the paper's verdict on the mean alone
+    assert summarise(outcomes[:2])["safe"] is True
+    line = printed_summary(summary)
+    assert "\n" not in line and json.loads(line)["cost_mean"] == 7.667  # rounded to print
+
+
+def test_check_schedule_refuses_changes_that_would_never_apply() -> None:
+    check_schedule(((0, 20.0), (99, 5.0)), 100)
+    with pytest.raises(ValueError, match="at step 100, but episodes end after 100 steps"):
+        check_schedule(((0, 20.0), (100, 5.0)), 100)
 
 
 @pytest.mark.parametrize(
@@ -83,6 +134,8 @@ def test_rollout_cli_prints_verdicts_budget_changes_and_the_share_over(
         (["--episodes", "0"], "must be at least 1"),
         (["--cost-schedule", "100"], "expected STEP:LIMIT"),
         (["--json", "/no/such/dir/out.json"], "does not exist"),
+        (["--seed", "-1"], "must be at least 0, got -1"),
+        (["--target-reward", "-1e9", "--episodes", "0"], "--episodes: must be at least 1"),
         (["--server", "http://127.0.0.1:9"], "is `cdt serve` running"),
     ],
 )

@@ -7,7 +7,18 @@ from collections.abc import Callable
 
 import pytest
 
-from runtime.arguments import budget, finite_float, positive_float, positive_int
+from runtime.arguments import (
+    AT_LEAST_1,
+    UNIT_INTERVAL,
+    CommandParser,
+    budget,
+    finite_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    share,
+    unmet,
+)
 
 
 def test_good_values_pass_through() -> None:
@@ -33,3 +44,35 @@ def test_bad_values_are_refused_with_the_value_named(
 ) -> None:
     with pytest.raises(ArgumentTypeError, match=message):
         parse(text)
+
+
+def test_command_parser_reads_negative_numbers_in_any_notation_as_values() -> None:
+    parser = CommandParser(prog="cdt test")
+    parser.add_argument("--target-reward", type=finite_float)
+    parser.add_argument("--seed", type=non_negative_int, default=0)
+    assert parser.parse_args(["--target-reward", "-1e9"]).target_reward == -1e9
+    assert parser.parse_args(["--target-reward", "-.5"]).target_reward == -0.5
+
+
+def test_command_parser_errors_are_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    parser = CommandParser(prog="cdt test")
+    parser.add_argument("--seed", type=non_negative_int, default=0)
+    parser.add_argument("--share", type=share)
+    for argv in (["--seed", "-1"], ["--share", "2"], ["--nope"]):
+        with pytest.raises(SystemExit) as exit_info:
+            parser.parse_args(argv)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("cdt test: ") and err.count("\n") == 1
+        assert err.endswith("(see cdt test --help)\n")
+
+
+def test_unmet_names_each_value_that_breaks_a_requirement() -> None:
+    values = {"--a": 0, "--b": 3, "--c": None, "--d": float("nan")}
+    assert unmet(AT_LEAST_1, values) == [
+        "--a must be at least 1, got 0",
+        "--d must be at least 1, got nan",  # NaN meets no requirement
+    ]
+    assert unmet(UNIT_INTERVAL, {"--d": float("nan"), "--e": 0.5}) == [
+        "--d must lie in [0, 1], got nan"
+    ]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from runtime.card import CardError, read_card, update_card, write_card
+from runtime.user_errors import UserError
 
 CARD = {
     "name": "m", "version": "1", "task": "SafetyCarRun-v0", "observation_dim": 7,
@@ -94,3 +95,22 @@ def test_invalid_cards_are_refused_and_never_written(tmp_path: Path) -> None:
     assert (tmp_path / "model.json").read_text() == before
     with pytest.raises(CardError, match=r"model\.json"):
         read_card(tmp_path / "missing")
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("{not json", "not a valid model card: file: Invalid JSON"),
+        ('{"name": "x"}', "not a valid model card: version: Field required; task: Field"),
+        ("[]", "not a valid model card: file: Input should be an object"),
+    ],
+)
+def test_a_broken_card_is_one_line_naming_each_problem(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    (tmp_path / "model.json").write_text(text)
+    with pytest.raises(CardError) as error:
+        read_card(tmp_path)
+    message = str(error.value)
+    assert message.startswith(f"{tmp_path / 'model.json'}: {said}") and "\n" not in message
+    assert isinstance(error.value, UserError)  # `cdt` answers it in one line, exit 2

@@ -46,12 +46,15 @@ def refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 def test_settings_environment_maps_given_options_to_cdt_variables() -> None:
     options = ["--models-dir", "m", "--api-token", "a", "--api-token", "b"]
-    args = build_parser().parse_args([*options, "--header-timeout", "2.5"])
+    guards = ["--header-timeout", "2.5", "--body-timeout", "20", "--max-connections", "500"]
+    args = build_parser().parse_args([*options, *guards])
     env = settings_environment(args)
     assert env == {
         "CDT_MODELS_DIR": "m",
         "CDT_API_TOKENS": "a,b",
         "CDT_HTTP_HEADER_TIMEOUT_S": "2.5",
+        "CDT_HTTP_BODY_TIMEOUT_S": "20.0",
+        "CDT_HTTP_MAX_CONNECTIONS": "500",
     }
 
 

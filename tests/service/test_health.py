@@ -132,7 +132,8 @@ def test_auth_valid_token_is_accepted(secured: TestClient) -> None:
 
 def test_auth_health_endpoints_stay_open(secured: TestClient) -> None:
     assert secured.get("/livez").status_code == 200
-    assert secured.get("/metrics").status_code == 200
+    assert secured.get("/readyz").status_code == 200
+    assert secured.get("/metrics").status_code == 401  # unless CDT_PUBLIC_METRICS
 
 
 def test_auth_websocket_without_token_closes_1008(secured: TestClient) -> None:

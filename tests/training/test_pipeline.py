@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from runtime.card import update_card
+from runtime import sim
+from runtime.card import read_card, update_card
+from tests.runtime.toy_env import toy_env_factory
+from tests.training.cdt_synthetic import write_dataset
 from training import pipeline
 from training.learn.interrupt import TrainingInterrupted
 from training.pipeline import PipelineConfig, run_pipeline
@@ -48,15 +51,20 @@ def test_pipeline_trains_with_the_measured_recipe_of_its_device(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(pipeline, "cpu_has_native_bf16", lambda: False)
-    cpu = PipelineConfig(task="SafetyCarRun-v0")
+    default = PipelineConfig(task="SafetyCarRun-v0")
+    assert default.training_args() == [
+        "--preset", "cpu-budget", "--device", "cpu", "--update-steps", "8000",
+    ]  # fmt: skip
+    assert default.first_selected_step == 2_000
+    cpu = PipelineConfig(task="SafetyCarRun-v0", preset="paper")
     assert cpu.training_args() == [
         "--preset", "paper", "--device", "cpu", "--update-steps", "14000", "--batch-size", "256",
     ]  # fmt: skip
     assert cpu.first_selected_step == 8_000
     monkeypatch.setattr(pipeline, "cpu_has_native_bf16", lambda: True)
-    assert PipelineConfig(task="SafetyCarRun-v0").training_args()[-1] == "--bf16"
-    assert "--bf16" not in PipelineConfig(task="SafetyCarRun-v0", preset="cpu").training_args()
-    gpu = PipelineConfig(task="SafetyCarRun-v0", device="cuda", update_steps=9_000)
+    assert PipelineConfig(task="SafetyCarRun-v0", preset="paper").training_args()[-1] == "--bf16"
+    assert "--bf16" not in PipelineConfig(task="SafetyCarRun-v0").training_args()
+    gpu = PipelineConfig(task="SafetyCarRun-v0", preset="paper", device="cuda", update_steps=9_000)
     assert gpu.training_args() == [
         "--preset", "paper", "--device", "cuda", "--update-steps", "9000", "--bf16",
     ]  # fmt: skip
@@ -118,3 +126,80 @@ def test_calibration_counts_as_done_once_finished_even_when_none_counted(
     pipeline.calibrate(config)  # the pipeline goes on to evaluate the uncalibrated model
     assert "keeps the graph's budget scale" in caplog.text
     assert pipeline._calibrated(config)
+
+
+@pytest.mark.slow
+def test_pipeline_smoke_runs_every_stage_on_a_tiny_dataset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sim, "make_env", toy_env_factory)  # every episode, in this process
+    dataset = write_dataset(tmp_path / "tiny.hdf5")  # BallRun's dims: 7 observations, 2 actions
+    # 43 s on a loaded 2-core Intel Xeon, 31 s of it the ONNX export
+    pipeline.main(["--task", "SafetyBallRun-v0", "--dataset", str(dataset), "--smoke"])
+    config = PipelineConfig(task="SafetyBallRun-v0", dataset=dataset, smoke=True)
+    assert config.model_name == "cdt-ballrun-smoke"
+    assert sorted(p.name for p in config.run_dir.glob("step_*.pt")) == [
+        "step_0000010.pt",
+        "step_0000020.pt",
+    ]  # a checkpoint every 10 of its 20 steps, both selected from
+    card = read_card(config.model_dir)
+    assert card.training_config is not None and card.training_config["update_steps"] == 20
+    assert (card.evaluation or {})["protocol"]["rows"][0]["episodes"] == 1
+    assert config.report.is_file()
+    totals = json.loads(config.stage_seconds.read_text())
+    assert list(totals) == ["train", "select", "export", "calibrate", "evaluate"]  # data was there
+    assert "cdt-ballrun-smoke:" in capsys.readouterr().out
+    assert not Path(tmp_path / "datasets").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--update-steps", "0"], "--update-steps must be at least 1, got 0"),
+        (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
+        (["--from-step", "-1"], "--from-step must be at least 0, got -1"),
+        (["--episodes", "0", "--seeds", "0"], "--episodes must be at least 1"),
+        (["--dataset", "{tmp}/corrupt.hdf5"], "not a readable HDF5 file"),
+    ],
+)
+def test_pipeline_refuses_values_as_given_in_one_line_before_any_stage(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    message: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corrupt.hdf5").write_text("not hdf5")
+    with pytest.raises(SystemExit) as exit_info:
+        pipeline.main(["--task", "SafetyBallRun-v0", *(a.format(tmp=tmp_path) for a in argv)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "collect" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corrupt.hdf5"]  # nothing started
+
+
+def test_pipeline_passes_its_values_through_as_given() -> None:
+    config = PipelineConfig(task="SafetyCarRun-v0", update_steps=1, from_step=0, batch_size=1)
+    assert config.steps == 1 and config.first_selected_step == 0  # not replaced by defaults
+    args = config.training_args()
+    assert args[args.index("--update-steps") + 1] == "1"
+    assert args[args.index("--batch-size") + 1] == "1"
+    smoke = PipelineConfig(task="SafetyCarRun-v0", smoke=True)
+    assert (smoke.steps, smoke.checkpoint_every, smoke.evaluation_episodes) == (20, 10, 1)
+
+
+def test_pipeline_leaves_a_model_it_did_not_make_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    dataset = write_dataset(tmp_path / "tiny.hdf5")
+    (tmp_path / "models" / "shipped").mkdir(parents=True)
+    (tmp_path / "models" / "shipped" / "model.json").write_text("{}")
+    with pytest.raises(SystemExit) as exit_info:
+        pipeline.main(
+            ["--task", "SafetyBallRun-v0", "--dataset", str(dataset), "--name", "shipped"]
+        )
+    assert exit_info.value.code == 2
+    assert "did not make" in capsys.readouterr().err

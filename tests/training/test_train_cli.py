@@ -13,6 +13,7 @@ from runtime.episodes import EpisodeResult
 from tests.training.cdt_synthetic import write_dataset
 from training.evaluation import checkpoint_scores
 from training.learn.checkpoint import load_checkpoint
+from training.ledger import read_ledger
 from training.train_cli import main
 
 
@@ -26,12 +27,15 @@ TINY = ["--update-steps", "2", "--batch-size", "2", "--embedding-dim", "8", "--n
 
 
 def test_train_cli_trains_and_prints_the_checkpoint(
-    dataset_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    dataset_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], private_ledger: Path
 ):
     argv = ["--dataset", str(dataset_path), "--out-dir", str(tmp_path), "--run-name", "cli"]
     main([*argv, *TINY, "--eval-every", "0"])
     assert (tmp_path / "cli" / "last.pt").is_file()
     assert "last.pt" in capsys.readouterr().out
+    (entry,) = read_ledger(private_ledger)  # the run is in the ledger, with its fate
+    assert (entry.command, entry.outcome, entry.steps) == ("train", "done", 2)
+    assert entry.subject == str(tmp_path / "cli")
 
 
 def test_train_cli_refuses_missing_files_in_one_line(
@@ -76,3 +80,43 @@ def test_train_cli_scores_checkpoints_in_the_simulator_and_keeps_the_best(
     with (run / "eval.csv").open() as file:
         rows = list(csv.DictReader(file))
     assert [int(row["step"]) for row in rows] == [1, 2] and "score" in rows[0]
+
+
+def test_train_cli_never_starts_a_new_run_in_a_folder_holding_an_earlier_one(
+    dataset_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    earlier = tmp_path / "cdt-SafetyBallRun-v0-seed0"  # the default name: <algo>-<task>-seed<seed>
+    earlier.mkdir()
+    (earlier / "best.pt").write_text("an earlier run's choice")
+    with pytest.raises(SystemExit) as stopped:
+        main(["--dataset", str(dataset_path), "--out-dir", str(tmp_path), *TINY])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"--resume {earlier / 'last.pt'}" in error
+    assert sorted(p.name for p in earlier.iterdir()) == ["best.pt"]  # nothing written beside it
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--update-steps", "0"], "--update-steps must be at least 1, got 0"),
+        (["--num-threads", "0"], "--num-threads must be at least 1, got 0"),
+        (["--eval-every", "-1"], "--eval-every must be at least 0, got -1"),
+        (["--learning-rate", "nan"], "--learning-rate must be finite, got nan"),
+        (["--selection-max-share-over", "2"], "must lie in [0, 1], got 2"),
+        (["--device", "cuda:7"], "--device cuda:7:"),
+    ],
+)
+def test_train_cli_refuses_values_no_run_can_train_with(
+    dataset_path: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+    message: str,
+):
+    with pytest.raises(SystemExit) as stopped:
+        main(["--dataset", str(dataset_path), "--out-dir", str(tmp_path), *flags])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith("cdt train: ") and message in error and error.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []

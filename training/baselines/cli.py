@@ -24,7 +24,6 @@ from runtime.user_errors import UserError, exit_on_user_errors
 from training.baselines.config import BaselineConfig
 from training.baselines.registry import train_and_export
 from training.data.dataset import load_dataset
-from training.train_cli import check_device
 
 
 @dataclass(frozen=True)
@@ -64,6 +63,19 @@ def config_problems(config: BaselineConfig) -> list[str]:
     found += unmet(OPEN_UNIT_INTERVAL, pick("gamma", "tau"))
     found += unmet(FINITE_AT_LEAST_0, pick("cost_limit", "k_p", "k_i", "k_d"))
     return found
+
+
+def check_device(device: str) -> None:
+    """Refuse a device this machine does not have (`cdt train`'s own check lives a layer up,
+    in train_cli, which baselines may not import)."""
+    import torch
+
+    try:
+        chosen = torch.device(device)
+    except RuntimeError as error:
+        raise UserError(f"--device {device}: {error}") from None
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {device}: this machine has no CUDA GPU (use --device cpu)")
 
 
 @exit_on_user_errors("cdt train")

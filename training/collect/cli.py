@@ -146,16 +146,18 @@ class CollectConfig:
 
     def problems(self) -> list[str]:
         """Every value no collection can run with, one phrase each."""
-        counts = {"--num-envs": self.num_envs, "--env-workers": self.env_workers}
+        counts: dict[str, int | None] = {"--num-envs": self.num_envs}
+        counts |= {"--env-workers": self.env_workers}
         counts |= {"--epochs": self.epochs, "--steps-per-epoch": self.steps_per_epoch}
         counts |= {"--cost-bins": self.cost_bins, "--reward-bins": self.reward_bins}
         counts |= {"--max-per-cell": self.max_per_cell}
-        epochs = {"--rise-start-epoch": self.rise_start_epoch}
+        epochs: dict[str, int | None] = {"--rise-start-epoch": self.rise_start_epoch}
         epochs |= {"--rise-end-epoch": self.rise_end_epoch}
-        numbers = {"--threshold-start": self.threshold_start}
+        numbers: dict[str, float | None] = {"--threshold-start": self.threshold_start}
         numbers |= {"--threshold-end": self.threshold_end, "--k-p": self.k_p}
         numbers |= {"--k-i": self.k_i, "--k-d": self.k_d}
-        shares = {"--clip-ratio": self.clip_ratio, "--gae-lambda": self.gae_lambda}
+        shares: dict[str, float | None] = {"--clip-ratio": self.clip_ratio}
+        shares |= {"--gae-lambda": self.gae_lambda}
         shares |= {"--gamma": self.gamma}
         found = unmet(AT_LEAST_1, counts) + unmet(AT_LEAST_0, epochs)
         found += unmet(FINITE_AT_LEAST_0, numbers) + unmet(OPEN_UNIT_INTERVAL, shares)
@@ -322,7 +324,8 @@ def learn(config: CollectConfig) -> None:
     schedule = config.schedule()
     config.run_path.mkdir(parents=True, exist_ok=True)
     settings = {**dataclasses.asdict(config), "schedule": dataclasses.asdict(schedule)}
-    (config.run_path / "config.json").write_text(json.dumps(settings, default=str))
+    text = json.dumps(settings, default=str)
+    write_atomic(config.run_path / "config.json", lambda temporary: temporary.write_text(text))
     torch.manual_seed(config.seed)
     # The networks are tiny: extra intra-op threads only fight the simulator for the cores. The
     # count is restored after, or a `cdt pipeline` would train in the same process on one thread.

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from runtime.arguments import positive_int
-from runtime.card import CARD_FILE, BudgetScale, CardError, ModelCard, update_card
+from runtime.arguments import CommandParser, positive_float, positive_int, share
+from runtime.card import CARD_FILE, BudgetScale, ModelCard, update_card
 from runtime.evaluation_protocol import (
     REPORTED_BUDGETS,
     BudgetRow,
@@ -39,8 +39,10 @@ from runtime.evaluation_protocol import (
     summarise,
 )
 from runtime.policy import ONNX_FILE, Policy
+from runtime.user_errors import UserError, exit_on_user_errors
 from training.evaluation.budget_scales import Measure, Measurement, PacedRow, choose_scales
 from training.evaluation.evaluate import onnx_episode_policy, run_in_chunks
+from training.evaluation.inputs import load_policy
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +88,8 @@ def row_measurer(policy: Policy, episodes: int, deterministic: bool = True) -> M
     targets = [target.model_dump() for target in card.default_targets or []]
     reward_range = card.reward_return_range
     if reward_range is None or not targets:
-        raise SystemExit(
-            "cdt calibrate: the card names no default targets or dataset reward range"
+        raise UserError(
+            "the card names no default targets or dataset reward range"
             " (re-export the model, or `cdt card-update` it)"
         )
 
@@ -190,13 +192,10 @@ def calibrate_model(
     chosen scales (None when a budget has none that counts: the card's calibration is then left
     as it was) and every measured row, after each measurement. The default rule lets
     SAMPLED_MAX_SHARE_OVER of sampled episodes over budget."""
-    try:
-        policy = Policy.load(model_dir)
-    except (CardError, OSError) as error:
-        raise SystemExit(f"cdt calibrate: {error}") from error
+    policy = load_policy(model_dir, writes_card=True)
     budgets = budgets or default_budgets(policy.card)
     if min(budgets) <= 0 or min(scales) <= 0:
-        raise SystemExit("cdt calibrate: budgets and scales must be > 0")
+        raise UserError("budgets and scales must be > 0")
     rule = rule or default_rule(deterministic)
     where = CALIBRATIONS[deterministic]
     evaluation = dict(policy.card.evaluation or {})
@@ -251,19 +250,17 @@ def calibrate_model(
     return chosen
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point of `cdt calibrate`."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    parser = argparse.ArgumentParser(prog="cdt calibrate", description=__doc__.splitlines()[0])
+def _parser() -> argparse.ArgumentParser:
+    parser = CommandParser(prog="cdt calibrate", description=__doc__.splitlines()[0])
     parser.add_argument("model_dir", type=Path, help=f"exported policy ({ONNX_FILE} + {CARD_FILE})")
     parser.add_argument(
         "--budgets",
-        type=float,
+        type=positive_float,
         nargs="+",
         help="cost budgets (default: the card's cost-curve targets in its validated range)",
     )
     parser.add_argument(
-        "--scales", type=float, nargs="+", default=list(SCALES), help="candidate scales"
+        "--scales", type=positive_float, nargs="+", default=list(SCALES), help="candidate scales"
     )
     parser.add_argument(
         "--episodes", type=positive_int, default=60, help="selection episodes per row"
@@ -274,15 +271,23 @@ def main(argv: list[str] | None = None) -> None:
         default="mean",
         help="the action mode to calibrate (each has its own scales in the card)",
     )
-    parser.add_argument("--cost-margin", type=float, default=SelectionRule.cost_margin)
+    margin = SelectionRule.cost_margin
+    parser.add_argument("--cost-margin", type=positive_float, default=margin)
     parser.add_argument(
         "--max-share-over",
-        type=float,
+        type=share,
         help=f"default: {SelectionRule.max_share_over} for the mean action,"
         f" {SAMPLED_MAX_SHARE_OVER} for sampled actions",
     )
-    parser.add_argument("--min-budget-use", type=float, default=SelectionRule.min_budget_use)
-    args = parser.parse_args(argv)
+    parser.add_argument("--min-budget-use", type=share, default=SelectionRule.min_budget_use)
+    return parser
+
+
+@exit_on_user_errors("cdt calibrate")
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of `cdt calibrate`."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = _parser().parse_args(argv)
     deterministic = args.action_mode == "mean"
     max_share_over = args.max_share_over
     if max_share_over is None:

@@ -47,6 +47,7 @@ from training.evaluation.inputs import (
     default_report_dir,
     load_policy,
 )
+from training.ledger import LedgerEntry, record
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +72,8 @@ def onnx_episode_policy(policy: Policy) -> EpisodePolicy:
         action_low=card.action_low,
         action_high=card.action_high,
         cost_input_scale=card.cost_input_scale,
+        budget_guard=card.guard,
+        max_episode_len=card.max_episode_len,
     )
 
 
@@ -166,8 +169,11 @@ def evaluate_policy_dir(
     task: str | None = None,
     workers: int = 2,
     deterministic: bool = False,
+    budget_guard: bool = False,
 ) -> dict[str, Any]:
-    """Evaluate an exported policy at one (target reward, budget) pair on the reported seeds.
+    """Evaluate an exported policy at one (target reward, budget) pair on the reported seeds;
+    with `budget_guard`, as the service serves it by default (`cdt evaluate` does unless
+    `--no-budget-guard`; sweeps and reports measure the model alone).
 
     Args:
         model_dir: `models/NAME/` with model.onnx and model.json.
@@ -187,7 +193,12 @@ def evaluate_policy_dir(
         RolloutJob(
             str(model_dir),
             task or card.task,
-            tuple(EpisodeSpec(seed, target_reward, target_cost, deterministic) for seed in chunk),
+            tuple(
+                EpisodeSpec(
+                    seed, target_reward, target_cost, deterministic, budget_guard=budget_guard
+                )
+                for seed in chunk
+            ),
         )
         for chunk in report_seeds(episodes, seeds)
     ]
@@ -202,6 +213,8 @@ def evaluate_policy_dir(
         "kappa": target_cost,
         "seeds": seeds,
         "deterministic": deterministic,
+        "budget_guard": budget_guard,
+        "guarded_steps_mean": float(np.mean([result.guard.guarded_steps for result in results])),
         **_summary(results, reward_range, seeds),
     }
 
@@ -236,7 +249,8 @@ def to_markdown(result: dict[str, Any]) -> str:
     ]
     for row in rows:
         lines.append(
-            f"| {row['model']} | {action_mode(row['deterministic'])} "
+            f"| {row['model']} | {action_mode(row['deterministic'])}"
+            f"{', guarded' if row.get('budget_guard') else ''} "
             f"| {row['target_reward']:g} | {row['target_cost']:g} "
             f"| {row['reward_mean']:.1f} ± {row['reward_std']:.1f} "
             f"| {row['cost_mean']:.1f} ± {row['cost_std']:.1f} "
@@ -296,6 +310,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--deterministic", action="store_true", help="use the mean action")
     parser.add_argument("--workers", type=positive_int, default=2, help="worker processes")
     parser.add_argument(
+        "--no-budget-guard",
+        dest="budget_guard",
+        action="store_false",
+        help="without the service's budget guard (the unguarded figures; --record adds"
+        " /unguarded to the card's key)",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         help="directory for evaluation_*.json / .md (default: reports/NAME for a model in this"
@@ -329,7 +350,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of `cdt evaluate`."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = _parser().parse_args(argv)
-    card = load_policy(args.model_dir).card
+    card = load_policy(args.model_dir, writes_card=args.record).card
     task = check_task_for(card, args.task, args.force)
     out = args.out or default_report_dir(args.model_dir)
     check_report_outputs(report_paths(out, args.convention), args.force)
@@ -339,6 +360,7 @@ def main(argv: list[str] | None = None) -> None:
         "task": task,
         "workers": args.workers,
         "deterministic": args.deterministic,
+        "budget_guard": args.budget_guard,
     }
     if args.convention == "benchmark":
         result = evaluate_benchmark(args.model_dir, **options)
@@ -354,8 +376,13 @@ def main(argv: list[str] | None = None) -> None:
     print(to_markdown(result))
     stem = write_report(result, out, args.convention)
     print(f"written: {stem}.json, {stem}.md")
+    guard = "" if args.budget_guard else ", unguarded"
+    fate = f"{args.convention}{guard}: {stem}.json"
+    split = "test"  # the reported seeds (runtime.evaluation_protocol.split_seeds)
+    record(LedgerEntry("evaluate", str(args.model_dir), fate, task=task, split=split))
     if args.record:
         key = _record_key(args.convention, args.target_cost, args.deterministic)
+        key += "" if args.budget_guard else "/unguarded"
         record_evaluation(args.model_dir, key, result)
 
 

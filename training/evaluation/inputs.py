@@ -19,10 +19,13 @@ from runtime.sim import check_task, make_env
 from runtime.user_errors import UserError
 
 
-def load_policy(model_dir: Path) -> Policy:
-    """Load and check the exported policy; a missing or broken one is a `UserError`."""
+def load_policy(model_dir: Path, *, writes_card: bool = False) -> Policy:
+    """Load and check the exported policy; a missing or broken one is a `UserError`, and so is
+    a card the command will write (`writes_card`) in a folder it cannot write."""
     if not (model_dir / CARD_FILE).is_file():
         raise UserError(f"{model_dir} has no {CARD_FILE}")
+    if writes_card:
+        check_writable(model_dir / CARD_FILE)
     try:
         return Policy.load(model_dir)
     except PolicyLoadError as error:

@@ -16,11 +16,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-from runtime.arguments import positive_int
+from runtime.arguments import CommandParser, non_negative_int, positive_float, positive_int, share
 from runtime.evaluation_protocol import BudgetRow, SelectionRule, describe
-from runtime.files import write_atomic
+from runtime.files import check_writable, write_atomic
+from runtime.user_errors import UserError, exit_on_user_errors
 from training.evaluation.checkpoint_scores import score_checkpoint, selection_record, verdict
-from training.learn.checkpoint import load_checkpoint, write_checkpoint
+from training.learn.checkpoint import CheckpointError, load_checkpoint, write_checkpoint
+from training.ledger import LedgerEntry, record
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +98,28 @@ def _write_listing(
     )
 
 
+def kept_checkpoints(run_dir: Path, from_step: int = 0) -> list[Path]:
+    """The run's `step_<N>.pt` from `from_step` on, in step order; a `UserError` when none."""
+    steps = {path: path.stem.removeprefix("step_") for path in run_dir.glob("step_*.pt")}
+    candidates = sorted(
+        (path for path, step in steps.items() if step.isdigit() and int(step) >= from_step),
+        key=lambda path: int(steps[path]),
+    )
+    if not candidates:
+        where = f"{run_dir} from step {from_step}" if from_step else str(run_dir)
+        raise UserError(f"no step_*.pt in {where} (train with --keep-checkpoints)")
+    return candidates
+
+
+def check_checkpoints(run_dir: Path, from_step: int) -> None:
+    """Before any episode: every kept checkpoint from `from_step` on loads, and best.pt and
+    selection.json may be written."""
+    for path in kept_checkpoints(run_dir, from_step):
+        load_checkpoint(path)  # a CheckpointError names the file
+    for name in ("best.pt", "selection.json"):
+        check_writable(run_dir / name)
+
+
 def select_best(
     run_dir: Path,
     rule: SelectionRule,
@@ -111,12 +135,7 @@ def select_best(
     checkpoints, or after an interruption, evaluates only what is new. `episodes`: per budget
     and action mode (default: the run's).
     """
-    candidates = [
-        path for path in sorted(run_dir.glob("step_*.pt")) if int(path.stem[5:]) >= from_step
-    ]
-    if not candidates:
-        where = f"{run_dir} from step {from_step}" if from_step else str(run_dir)
-        raise SystemExit(f"cdt select: no step_*.pt in {where} (train with --keep-checkpoints)")
+    candidates = kept_checkpoints(run_dir, from_step)
     listing = run_dir / "selection.json"
     earlier = _listed_records(listing)
     measured = _measured_rows(earlier)
@@ -175,23 +194,22 @@ def select_best(
     return run_dir / "best.pt", best_evaluation
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point of `cdt select`."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    parser = argparse.ArgumentParser(prog="cdt select", description=__doc__.splitlines()[0])
+def _parser() -> argparse.ArgumentParser:
+    parser = CommandParser(prog="cdt select", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="run folder holding step_*.pt checkpoints")
-    parser.add_argument("--cost-margin", type=float, default=SelectionRule.cost_margin)
-    parser.add_argument("--max-share-over", type=float, default=SelectionRule.max_share_over)
+    parser.add_argument("--cost-margin", type=positive_float, default=SelectionRule.cost_margin)
+    parser.add_argument("--max-share-over", type=share, default=SelectionRule.max_share_over)
     parser.add_argument(
         "--min-budget-use",
-        type=float,
+        type=share,
         default=SelectionRule.min_budget_use,
         help="mean cost must reach this share of every budget above the tightest",
     )
-    parser.add_argument("--from-step", type=int, default=0, help="skip earlier checkpoints")
+    text = "skip earlier checkpoints"
+    parser.add_argument("--from-step", type=non_negative_int, default=0, help=text)
     parser.add_argument(
         "--budget-scales",
-        type=float,
+        type=positive_float,
         nargs="+",
         default=list(BUDGET_SCALES),
         help="calibrations to try, largest first (1 = the paper's Algorithm 2 unchanged)",
@@ -203,9 +221,17 @@ def main(argv: list[str] | None = None) -> None:
         "again (default: the run's --eval-episodes, 20, and earlier rows reused whatever their "
         "count); more episodes see more of a sampled policy's cost tail",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+@exit_on_user_errors("cdt select", CheckpointError)
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of `cdt select`."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = _parser().parse_args(argv)
     if not args.run_dir.is_dir():
-        raise SystemExit(f"cdt select: {args.run_dir} is not a folder")
+        raise UserError(f"{args.run_dir} is not a folder")
+    check_checkpoints(args.run_dir, args.from_step)
     rule = SelectionRule(args.cost_margin, args.max_share_over, args.min_budget_use)
     path, evaluation = select_best(
         args.run_dir, rule, args.from_step, tuple(args.budget_scales), args.episodes
@@ -219,6 +245,8 @@ def main(argv: list[str] | None = None) -> None:
         f"best: step {evaluation['step']} {calibration} budget "
         f"({outcome}, score {evaluation['score']:.2f}) -> {path}"
     )
+    fate = f"best step {evaluation['step']}: {verdict(evaluation)}"
+    record(LedgerEntry("select", str(args.run_dir), fate, split="selection"))
 
 
 if __name__ == "__main__":

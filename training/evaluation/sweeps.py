@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     """`cdt sweeps MODEL_DIR`: run the sweeps and the budget-change study."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = _parser().parse_args(argv)
-    card = load_policy(args.model_dir).card.model_dump()
+    card = load_policy(args.model_dir, writes_card=args.record).card.model_dump()
     out = _check(args, card)
     r_max = float((card.get("dataset") or {}).get("reward_return_max", 100.0))
     targets = card.get("default_targets") or [{"reward": r_max}]

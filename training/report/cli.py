@@ -17,9 +17,23 @@ from pathlib import Path
 
 import tyro
 
+from runtime.arguments import AT_LEAST_1, POSITIVE, unmet
+from runtime.files import check_writable, refuse_overwrite, write_atomic
+from runtime.user_errors import UserError, exit_on_user_errors
+from training.baselines import ALGORITHMS
+from training.baselines.cli import config_problems as baseline_problems
 from training.evaluation.evaluate import evaluate_policy_dir
+from training.learn.config import ConfigError, parse_config
+from training.ledger import format_ledger, ledger_path, read_ledger
 from training.report.config import ReportConfig
-from training.report.grid import EvaluateFunction, existing_results, missing_inputs, run_grid
+from training.report.grid import (
+    SEQUENCE_ALGORITHMS,
+    EvaluateFunction,
+    existing_results,
+    missing_inputs,
+    run_grid,
+    split_label,
+)
 from training.report.tables import (
     RunResult,
     build_table,
@@ -27,6 +41,7 @@ from training.report.tables import (
     steps_by_algorithm,
     table_json,
 )
+from training.train_cli import config_problems as train_problems
 
 
 def write_report(
@@ -34,13 +49,11 @@ def write_report(
 ) -> tuple[Path, Path]:
     """Write <stem>.md and <stem>.json under `config.out`; returns both paths."""
     table = build_table(results, config.average)
-    config.out.mkdir(parents=True, exist_ok=True)
-    markdown = config.out / f"{config.stem}.md"
-    markdown.write_text(
-        render_markdown(
-            table, config.title, command, config.cost_limit, steps_by_algorithm(results)
-        )
+    markdown, path = output_paths(config)
+    text = render_markdown(
+        table, config.title, command, config.cost_limit, steps_by_algorithm(results)
     )
+    write_atomic(markdown, lambda temporary: temporary.write_text(text))
     payload = {
         "title": config.title,
         "command": command,
@@ -59,24 +72,70 @@ def write_report(
         "table": table_json(table),
         "runs": [result._asdict() for result in results],
     }
-    path = config.out / f"{config.stem}.json"
-    path.write_text(json.dumps(payload, indent=2) + "\n")
+    payload_text = json.dumps(payload, indent=2) + "\n"
+    write_atomic(path, lambda temporary: temporary.write_text(payload_text))
     return markdown, path
 
 
+def output_paths(config: ReportConfig) -> tuple[Path, Path]:
+    """<out>/<stem>.md and <out>/<stem>.json."""
+    return config.out / f"{config.stem}.md", config.out / f"{config.stem}.json"
+
+
+def config_problems(config: ReportConfig) -> list[str]:
+    """Every setting the grid cannot run with, one phrase each, said before the first run."""
+    known = (*ALGORITHMS, *SEQUENCE_ALGORITHMS)
+    found = [
+        f"--algorithms: no algorithm {name!r} (known: {', '.join(known)})"
+        for name in (*config.algorithms, *config.sampled_beside)
+        if name not in known
+    ]
+    counts = {"--seeds": config.seeds, "--episodes": config.episodes}
+    found += unmet(AT_LEAST_1, counts | {"--eval-seeds": config.eval_seeds})
+    found += unmet(POSITIVE, {"--cost-limit": config.cost_limit})
+    if not config.algorithms or not config.datasets:
+        found.append("--algorithms and --datasets must each name at least one")
+    found += [f"--train: {problem}" for problem in baseline_problems(config.train)]
+    if found or not set(config.algorithms) & set(SEQUENCE_ALGORITHMS):
+        return found
+    # The sequence models' flags, parsed as their first run parses them (tyro explains its own
+    # refusals and exits 2).
+    dataset = split_label(config.datasets[0])[1]
+    try:
+        sequence = parse_config(["--dataset", str(dataset), *shlex.split(config.sequence_args)])
+    except ConfigError as error:
+        return [f"--sequence-args: {error}"]
+    return [f"--sequence-args: {problem}" for problem in train_problems(sequence)]
+
+
+def check_before_running(config: ReportConfig) -> None:
+    """The inputs are there, every value can run, the tables may be written."""
+    if problems := missing_inputs(config) + config_problems(config):
+        raise UserError("; ".join(problems))
+    for path in output_paths(config):
+        check_writable(path, option="--out")
+    hint = "pass another --out or --stem, or --force to replace them"
+    refuse_overwrite(output_paths(config), config.force, hint)
+
+
+@exit_on_user_errors("cdt report")
 def main(argv: list[str] | None = None, evaluate: EvaluateFunction | None = None) -> None:
     """Entry point of `cdt report`."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = sys.argv[1:] if argv is None else argv
     config = tyro.cli(ReportConfig, args=args, prog="cdt report")
-    if missing := missing_inputs(config):
-        raise SystemExit("cdt report: " + "; ".join(missing))
+    check_before_running(config)
     evaluate = evaluate or evaluate_policy_dir
     started = time.perf_counter()
     results = run_grid(config, evaluate) + existing_results(config, evaluate)
     command = shlex.join(["cdt", "report", *args])
     markdown, json_path = write_report(config, results, command, time.perf_counter() - started)
     print(f"tables written: {markdown} and {json_path}")
+    ledger = ledger_path()
+    if ledger is not None and ledger.is_file():  # every run attempted, with its fate
+        text = "# Ledger: every run, with its fate\n\n" + format_ledger(read_ledger(ledger)) + "\n"
+        write_atomic(config.out / "ledger.md", lambda temporary: temporary.write_text(text))
+        print(f"ledger written: {config.out / 'ledger.md'}")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,8 @@ class ReportConfig:
     """file name of the tables: <out>/<stem>.md and <out>/<stem>.json."""
     reuse: bool = False
     """skip training where the model dir already holds a model card."""
+    force: bool = False
+    """replace <out>/<stem>.md and .json when they exist already (the shipped tables, say)."""
     title: str = "Table 1: normalised reward and cost"
     """heading of the Markdown table."""
     train: BaselineConfig = field(default_factory=BaselineConfig)

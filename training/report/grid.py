@@ -23,8 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
-from runtime.card import CARD_FILE, read_card
+from runtime.card import CARD_FILE, CardError, read_card
 from runtime.evaluation_protocol import action_mode, target_reward_for
+from runtime.files import write_atomic
 from runtime.scores import normalised_cost, normalised_reward
 from training.baselines.registry import train_and_export
 from training.card_update import record_default_targets
@@ -67,7 +68,7 @@ def result_scores(
     return reward, normalised_cost(float(result["cost_mean"]), cost_limit)
 
 
-def _split_label(entry: str) -> tuple[str | None, Path]:
+def split_label(entry: str) -> tuple[str | None, Path]:
     label, separator, path = entry.partition("=")
     return (label, Path(path)) if separator else (None, Path(entry))
 
@@ -112,10 +113,8 @@ def _evaluate_dir(
         target_cost=config.cost_limit,
         deterministic=mean,
     )
-    saved_path.parent.mkdir(parents=True, exist_ok=True)
-    saved_path.write_text(
-        json.dumps({"settings": settings, "result": result}, default=float) + "\n"
-    )
+    text = json.dumps({"settings": settings, "result": result}, default=float) + "\n"
+    write_atomic(saved_path, lambda temporary: temporary.write_text(text))
     return result
 
 
@@ -178,7 +177,7 @@ def _train_sequence_cell(
 
 
 def _dataset_label(entry: str) -> tuple[str, Path]:
-    label, path = _split_label(entry)
+    label, path = split_label(entry)
     if label is None:
         label = short_task(load_dataset(path).task)
     return label, path
@@ -201,7 +200,7 @@ def existing_results(config: ReportConfig, evaluate: EvaluateFunction) -> list[R
     another action convention, so it is never taken as the row)."""
     results = []
     for index, entry in enumerate(config.include_existing):
-        label, model_dir = _split_label(entry)
+        label, model_dir = split_label(entry)
         card = json.loads((model_dir / CARD_FILE).read_text())
         task = label or short_task(str(card.get("task", model_dir.name)))
         results += _evaluated_results(model_dir, task, index, config, evaluate)
@@ -213,12 +212,15 @@ def missing_inputs(config: ReportConfig) -> list[str]:
     first training run, not after an hour of them."""
     missing = [
         f"no dataset {path}"
-        for path in (_split_label(entry)[1] for entry in config.datasets)
+        for path in (split_label(entry)[1] for entry in config.datasets)
         if not path.is_file()
     ]
-    missing += [
-        f"{model_dir} has no {CARD_FILE}"
-        for model_dir in (_split_label(entry)[1] for entry in config.include_existing)
-        if not (model_dir / CARD_FILE).is_file()
-    ]
+    for model_dir in (split_label(entry)[1] for entry in config.include_existing):
+        if not (model_dir / CARD_FILE).is_file():
+            missing.append(f"{model_dir} has no {CARD_FILE}")
+            continue
+        try:
+            read_card(model_dir)
+        except CardError as error:
+            missing.append(str(error))
     return missing

@@ -1,7 +1,8 @@
 """The Redis record format: round trips, the same random stream after, and clear refusals.
 
-`GOLDEN` was written by the release before the codec moved here: records already in Redis must
-still decode, and encode to the same bytes.
+`GOLDEN` (format 1) was written by the release before the codec moved here, and before the
+budget guard: records already in Redis must still decode. `GOLDEN_V2` pins format 2, which adds
+the guard's flag, newest action and counts.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from runtime.budget_guard import GuardAction, GuardTally
 from runtime.card import ModelCard
 from runtime.context import EpisodeContext
 from service.episode_state import EpisodeRecord, act, advance, next_revision, open_episode, rebudget
@@ -35,7 +37,18 @@ GOLDEN = bytes.fromhex(
     "000000000000000000008047400000000000c0464000000000000046400000000000001f400000000000001d"
     "400000000000001a40020000000000000003000000000000000400000000000000"
 )
-"""`golden_record()` as the previous release wrote it (`EpisodeRecord.to_bytes`)."""
+"""`golden_record()` as the previous release wrote it (`EpisodeRecord.to_bytes`), format 1."""
+GOLDEN_V2 = bytes.fromhex(
+    "02000700000000000000040000000000000000002040fc54d94100005040fc54d94100020300000002000000"
+    "01000000020065310300746f7901003204006162313201030000000300000002000000030000000000000000"
+    "00494000000000000020400000000000001840000000000000f83ffec283450d9f596a09f0b33e6807df8ebf"
+    "ce8ace961875c459d970c05a7f886601000000f9bd0ccccdcccc3dcdcc4cbe00008040cdcc4c3ecdcc4cbe00"
+    "00a0409a99993ecdcc4cbe0000c0409296307e5319ddbff0d35c8e91bbefbfe571706c24cbae3f071e948a85"
+    "71f53f0000000000000000000000000000000000000000008047400000000000c04640000000000000464000"
+    "00000000001f400000000000001d400000000000001a40020000000000000003000000000000000400000000"
+    "000000"
+)
+"""`guarded_golden_record()` in format 2."""
 CARD = ModelCard(
     name="toy",
     version="3",
@@ -63,6 +76,22 @@ def golden_record() -> EpisodeRecord:
     )
 
 
+def guarded_golden_record() -> EpisodeRecord:
+    """The golden record with the guard off, its newest action and counts set (format 2)."""
+    return replace(
+        golden_record(),
+        budget_guard=False,
+        guard_action=GuardAction.MEAN_ACTION,
+        guard_tally=GuardTally(less_noise=3, mean_action=2, fallback=1),
+    )
+
+
+def assert_same_context(restored: EpisodeContext, expected: EpisodeContext) -> None:
+    for name in ("states", "actions", "returns_to_go", "costs_to_go", "time_steps"):
+        np.testing.assert_array_equal(getattr(restored, name), getattr(expected, name))
+    assert restored.rng.bit_generator.state == expected.rng.bit_generator.state
+
+
 def outputs(*mean: float) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     return np.array(mean, np.float32), np.full(len(mean), -1.0, np.float32)
 
@@ -86,16 +115,31 @@ def played(deterministic: bool = False) -> EpisodeRecord:
     return rebudget(record, BudgetUpdate(remaining_cost=4.5), now=110.0)
 
 
-def test_golden_record_of_the_previous_release_decodes_and_encodes_identically() -> None:
+def test_golden_record_of_format_1_decodes_with_the_guard_on_and_nothing_counted() -> None:
     expected = golden_record()
     restored = decode_record(GOLDEN)
     assert replace(restored, context=expected.context) == expected
-    for name in ("states", "actions", "returns_to_go", "costs_to_go", "time_steps"):
-        np.testing.assert_array_equal(
-            getattr(restored.context, name), getattr(expected.context, name)
-        )
-    assert restored.context.rng.bit_generator.state == expected.context.rng.bit_generator.state
-    assert encode_record(expected) == GOLDEN and encode_record(restored) == GOLDEN
+    assert restored.budget_guard and restored.guard_action is GuardAction.NONE
+    assert restored.guard_tally == GuardTally()
+    assert_same_context(restored.context, expected.context)
+    rewritten = encode_record(restored)  # written back in this release's format
+    assert rewritten[0] == RECORD_FORMAT == 2 and rewritten[1:34] == GOLDEN[1:34]
+    assert replace(decode_record(rewritten), context=expected.context) == expected
+
+
+def test_golden_record_of_format_2_decodes_and_encodes_identically() -> None:
+    expected = guarded_golden_record()
+    restored = decode_record(GOLDEN_V2)
+    assert replace(restored, context=expected.context) == expected
+    assert_same_context(restored.context, expected.context)
+    assert encode_record(expected) == GOLDEN_V2 and encode_record(restored) == GOLDEN_V2
+
+
+def test_decode_record_refuses_an_unknown_guard_action() -> None:
+    data = bytearray(GOLDEN_V2)
+    data[35] = 9  # the guard action: after 34 bytes of format 1 fields and budget_guard
+    with pytest.raises(RecordFormatError, match="damaged"):
+        decode_record(bytes(data))
 
 
 @pytest.mark.parametrize("deterministic", [False, True])

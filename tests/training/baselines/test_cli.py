@@ -33,8 +33,35 @@ def test_main_trains_exports_and_prints_the_directory(
     assert card["action_low"] == [-1.0, -2.0]
 
 
-def test_main_without_qualifying_trajectories_exits_with_one_line(tmp_path: Path) -> None:
+def test_main_without_qualifying_trajectories_exits_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     dataset = save_dataset(tmp_path / "tiny.hdf5", tiny_episodes(), {"env_id": "TinyTask-v0"})
     argv = ["--algo", "bc-risky", "--dataset", str(dataset), "--cost-limit", "1000", "--steps", "1"]
-    with pytest.raises(SystemExit, match="no trajectory qualifies"):
-        main(argv)
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--out", str(tmp_path / "model")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "no trajectory qualifies" in err and err.count("\n") == 1
+
+
+def test_main_refuses_bad_values_and_a_model_in_out_before_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dataset = save_dataset(tmp_path / "tiny.hdf5", tiny_episodes(), {"env_id": "TinyTask-v0"})
+    out = tmp_path / "shipped"
+    out.mkdir()
+    (out / "model.json").write_text("{}")
+    base = ["--algo", "bc-safe", "--dataset", str(dataset), "--steps", "1"]
+    cases = [
+        (["--steps", "0", "--out", str(tmp_path / "new")], "--steps must be at least 1, got 0"),
+        (["--gamma", "nan", "--out", str(tmp_path / "new")], "--gamma must be finite, got nan"),
+        (["--out", str(out)], "pass --force to replace that model"),
+    ]
+    for extra, message in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            main([*base, *extra])
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("cdt train: ") and message in err and err.count("\n") == 1
+    assert (out / "model.json").read_text() == "{}" and not (tmp_path / "new").exists()

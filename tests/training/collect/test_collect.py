@@ -1,5 +1,6 @@
 """Collector: threshold schedule, PID multiplier, GAE, and a tiny real collection run."""
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -7,6 +8,8 @@ import pytest
 import torch
 import tyro
 
+from runtime.user_errors import UserError
+from training.collect import cli as collect_cli
 from training.collect.cli import CollectConfig, cost_threshold, learn, load_raw_episodes
 from training.collect.ppo_lagrangian import RunningNormaliser, generalised_advantages
 from training.pid_lagrangian import PidLagrangian
@@ -93,3 +96,43 @@ def test_collect_learn_keeps_raw_episodes_and_resumes(tmp_path: Path) -> None:
     learn(CollectConfig(**{**config.__dict__, "epochs": 2}))
     _, epochs = load_raw_episodes(config.run_path)
     assert set(epochs) == {0, 1}
+
+
+def test_collect_never_replaces_a_dataset_without_force_and_checks_before_any_epoch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    shipped = tmp_path / "datasets" / "SafetyBallRun-v0.hdf5"
+    shipped.parent.mkdir()
+    shipped.write_text("1,306 episodes of shipped data")
+
+    def no_work(config: CollectConfig) -> None:
+        raise AssertionError("the collection started")
+
+    monkeypatch.setattr(collect_cli, "learn", no_work)
+    with pytest.raises(SystemExit) as exit_info:
+        collect_cli.main(["--task", "SafetyBallRun-v0", "--epochs", "1"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"cdt collect: {Path('datasets/SafetyBallRun-v0.hdf5')} exists already")
+    assert shipped.read_text() == "1,306 episodes of shipped data"
+    assert not (tmp_path / "runs").exists()
+    with pytest.raises(AssertionError, match="the collection started"):  # --force goes ahead
+        collect_cli.main(["--task", "SafetyBallRun-v0", "--epochs", "1", "--force"])
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"num_envs": 0}, "--num-envs must be at least 1, got 0"),
+        ({"gamma": float("nan")}, "--gamma must lie in (0, 1], got nan"),
+        ({"steps_per_epoch": -1}, "--steps-per-epoch must be at least 1, got -1"),
+        ({"k_i": -0.1}, "--k-i must be a finite number >= 0"),
+        ({"rise_start_epoch": 9, "rise_end_epoch": 3}, "must start rising (epoch 9)"),
+    ],
+)
+def test_collect_config_refuses_values_no_collection_runs_with(
+    values: dict[str, float], message: str
+) -> None:
+    with pytest.raises(UserError, match=re.escape(message)):
+        CollectConfig(task="SafetyBallRun-v0", **values)  # type: ignore[arg-type]

@@ -3,6 +3,7 @@ search, and evaluation/calibrate.py, the command)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -210,11 +211,15 @@ def test_by_default_every_budget_the_card_promises_is_calibrated(
 
 
 def test_a_card_without_default_targets_is_refused_with_what_to_do(
-    model_dir: Path,
+    model_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     update_card(model_dir, default_targets=None)
-    with pytest.raises(SystemExit, match=r"no default targets.*card-update"):
+    with pytest.raises(SystemExit) as exit_info:
         calibrate_module.main([str(model_dir)])
+    assert exit_info.value.code == 2
+    assert re.search(
+        r"^cdt calibrate: .*no default targets.*card-update.*\n$", capsys.readouterr().err
+    )
 
 
 def test_a_rerun_reuses_the_rows_measured_on_the_same_graph_and_episodes(

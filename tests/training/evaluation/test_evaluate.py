@@ -1,11 +1,14 @@
 """Offline evaluation through the service's inference code, on a tiny ONNX policy."""
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from runtime.episodes import EpisodeSpec
 from tests.service.toy_policy import write_test_policy
+from training.evaluation import evaluate as evaluate_module
 from training.evaluation.evaluate import (
     RolloutJob,
     evaluate_policy_dir,
@@ -69,3 +72,50 @@ def test_cdt_evaluate_refuses_zero_episodes_before_loading_anything(
         main(["models/not-there", "--episodes", "0"])
     assert exit_info.value.code == 2
     assert "argument --episodes: must be at least 1, got 0" in capsys.readouterr().err
+
+
+def _fake_result(model_dir: Any, **options: Any) -> dict[str, Any]:
+    row = {"model": "toy", "deterministic": False, "target_reward": 50.0, "target_cost": 10.0}
+    row |= dict.fromkeys(("reward_mean", "reward_std", "cost_mean", "cost_std"), 1.0)
+    row |= dict.fromkeys(("normalised_reward_mean", "normalised_reward_std"), 1.0)
+    row |= dict.fromkeys(("normalised_cost_mean", "normalised_cost_std"), 0.1)
+    return row | {"share_over_budget": 0.0, "safe": True, "task": options["task"]}
+
+
+def test_cdt_evaluate_writes_beside_a_model_from_elsewhere_never_into_reports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(evaluate_module, "evaluate_policy_dir", _fake_result)
+    outside = write_test_policy(tmp_path / "elsewhere" / "toy", observation_dim=7, action_dim=2)
+    inside = write_test_policy(tmp_path / "models" / "toy", observation_dim=7, action_dim=2)
+    main([str(outside)])
+    assert (outside / "evaluation_paper.json").is_file() and not (tmp_path / "reports").exists()
+    main([str(inside)])
+    assert (tmp_path / "reports" / "toy" / "evaluation_paper.md").is_file()
+    report = tmp_path / "reports" / "toy" / "evaluation_paper.json"
+    report.write_text("earlier results")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:  # measured results are replaced only on request
+        main([str(inside)])
+    assert exit_info.value.code == 2 and report.read_text() == "earlier results"
+    assert "--force" in capsys.readouterr().err
+    main([str(inside), "--force"])
+    assert json.loads(report.read_text())["safe"] is True
+
+
+def test_cdt_evaluate_runs_a_model_on_another_task_only_with_force(
+    ballrun_policy: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(evaluate_module, "evaluate_policy_dir", _fake_result)
+    out = ["--out", str(ballrun_policy.parent / "out")]
+    with pytest.raises(SystemExit) as exit_info:  # the toy card says SafetyToyRun-v0
+        main([str(ballrun_policy), "--task", TASK, *out])
+    assert exit_info.value.code == 2
+    assert "trained on SafetyToyRun-v0, not SafetyBallRun-v0" in capsys.readouterr().err
+    main([str(ballrun_policy), "--task", TASK, "--force", *out])  # BallRun reads 7, writes 2
+    saved = json.loads((ballrun_policy.parent / "out" / "evaluation_paper.json").read_text())
+    assert saved["task"] == TASK
+    with pytest.raises(SystemExit) as exit_info:  # a task whose sizes differ: never
+        main([str(ballrun_policy), "--task", "SafetyBallCircle-v0", "--force", *out])
+    assert "reads 7 and writes 2" in capsys.readouterr().err

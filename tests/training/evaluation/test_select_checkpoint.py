@@ -12,6 +12,7 @@ import pytest
 
 from runtime.episodes import EpisodeResult, EpisodeSpec
 from runtime.evaluation_protocol import SelectionRule
+from runtime.user_errors import UserError
 from training.evaluation import checkpoint_scores
 from training.evaluation.select_checkpoint import select_best
 from training.export import policy_from_checkpoint
@@ -68,10 +69,10 @@ def test_select_best_tries_scales_largest_first_and_keeps_the_admissible_one(
 
 
 def test_select_refuses_a_folder_without_kept_checkpoints(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="--keep-checkpoints"):
+    with pytest.raises(UserError, match="--keep-checkpoints"):
         select_best(tmp_path, SelectionRule())
     (tmp_path / "step_0000003.pt").touch()
-    with pytest.raises(SystemExit, match="from step 4 "):
+    with pytest.raises(UserError, match="from step 4 "):
         select_best(tmp_path, SelectionRule(), from_step=4)
 
 

@@ -109,7 +109,10 @@ def test_main_runs_the_grid_and_writes_both_tables(tmp_path: Path) -> None:
     assert "Every row acts with the policy's mean action" in markdown
     assert "Gradient steps per training run: BC-Safe 2; BCQ-Lag 2." in markdown
     calls.clear()  # a rerun with --reuse trains and evaluates nothing again
-    main([*argv, "--reuse"], evaluate=_fake_evaluate(calls))
+    with pytest.raises(SystemExit) as exit_info:  # the tables are there: replaced only on request
+        main([*argv, "--reuse"], evaluate=_fake_evaluate(calls))
+    assert exit_info.value.code == 2
+    main([*argv, "--reuse", "--force"], evaluate=_fake_evaluate(calls))
     assert calls == []
     rerun = json.loads((tmp_path / "reports" / "table1.json").read_text())
     assert rerun["table"] == payload["table"]

@@ -1,0 +1,132 @@
+"""Budget guard alternatives offline: the same seeds through the one episode loop, guard by guard.
+
+    python bench/guard_alternatives.py --model cdt-ballrun-paper --budgets 10 20 40 \
+        --episodes 20 --seed 7000000 --alternatives unguarded fallback-5 shipped
+
+Runs `runtime.episodes.run_episodes` (the loop every offline evaluation runs, with the service's
+guard code) on an exported model, once per alternative, on the same seeds. An alternative is a
+name below or `NAME={"field": value}` with `runtime.budget_guard.BudgetGuard` fields. It prints,
+per budget and action mode, the share of episodes over budget, mean and 90th-percentile cost,
+normalised reward and its difference to the first alternative, and guarded steps per episode.
+Figures only; `bench/budget_guard.py` measures the shipped guard from outside, through the
+service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the repo
+
+from runtime.arguments import positive_int
+from runtime.budget_guard import BudgetGuard
+from runtime.card import ModelCard
+from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec, run_episodes
+from runtime.evaluation_protocol import action_mode, target_reward_for
+from runtime.policy import Policy
+from runtime.scores import normalised_reward
+
+NO_NOISE_STAGES = {"mean_action_pace": 0.0, "full_noise_pace": 0.0}
+ALTERNATIVES: dict[str, dict[str, Any] | None] = {
+    "unguarded": None,
+    "shipped": {},
+    "fallback-3": {"fallback_margin": 3.0, **NO_NOISE_STAGES},
+    "fallback-5": {"fallback_margin": 5.0, **NO_NOISE_STAGES},
+    "fallback-7": {"fallback_margin": 7.0, **NO_NOISE_STAGES},
+    "mean-below-pace-1": {"mean_action_pace": 1.0, "full_noise_pace": 1.0},
+}
+"""Named alternatives: None runs without the guard; a dict overrides the card's guard."""
+
+
+def parse_alternative(text: str) -> tuple[str, dict[str, Any] | None]:
+    """A name of `ALTERNATIVES`, or `NAME={"field": value, ...}`."""
+    name, sep, fields = text.partition("=")
+    if not sep:
+        if name not in ALTERNATIVES:
+            raise argparse.ArgumentTypeError(f"unknown alternative {name!r}: {list(ALTERNATIVES)}")
+        return name, ALTERNATIVES[name]
+    return name, dict(json.loads(fields))
+
+
+def episode_policy(policy: Policy) -> EpisodePolicy:
+    """The exported model as the loop runs it (as `cdt evaluate` does)."""
+    card = policy.card
+    return EpisodePolicy(
+        predict=policy.predict, context_len=card.context_len, action_dim=card.action_dim,
+        action_low=card.action_low, action_high=card.action_high,
+        cost_input_scale=card.cost_input_scale, budget_guard=card.guard,
+        max_episode_len=card.max_episode_len,
+    )  # fmt: skip
+
+
+def row(results: list[EpisodeResult], limit: float, reward_range: tuple[float, float]) -> str:
+    """Share over, mean and p90 cost, normalised reward and guarded steps of one run."""
+    costs = np.array([result.cost for result in results])
+    reward = normalised_reward(float(np.mean([result.reward for result in results])), reward_range)
+    guarded = np.mean([result.guard.guarded_steps for result in results])
+    return (
+        f"{np.mean(costs > limit):.0%} | {costs.mean():.1f} | {np.quantile(costs, 0.9):.0f} "
+        f"| {reward:.1f} | {guarded:.0f}"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="model name under --models-dir")
+    parser.add_argument("--models-dir", type=Path, default=Path("models"))
+    parser.add_argument("--budgets", type=float, nargs="+", default=[10.0, 20.0, 40.0])
+    parser.add_argument("--modes", nargs="+", choices=["sampled", "mean"], default=["sampled"])
+    parser.add_argument("--episodes", type=positive_int, default=20)
+    parser.add_argument("--seed", type=int, default=7_000_000, help="first episode seed")
+    parser.add_argument("--cut", type=float, help="cut the budget to this at mid-episode")
+    parser.add_argument(
+        "--alternatives", nargs="+", type=parse_alternative, default=list(ALTERNATIVES.items())
+    )
+    args = parser.parse_args(argv)
+    policy = Policy.load(args.models_dir / args.model)
+    card, base = policy.card, episode_policy(policy)
+    reward_range = card.reward_return_range or (0.0, 1.0)
+    header = "| budget | actions | alternative | over | cost | p90 cost | reward | guarded steps |"
+    print(f"{args.model}\n{header}\n|---|---|---|---|---|---|---|---|")
+    for budget in args.budgets:
+        for deterministic in (mode == "mean" for mode in args.modes):
+            for name, fields in args.alternatives:
+                ran = run_alternative(base, card, fields, args, (budget, deterministic))
+                limit, label = budget, f"{budget:g}"
+                if args.cut is not None:
+                    limit, label = args.cut, f"{budget:g} -> {args.cut:g}"
+                figures = row(ran, limit, reward_range)
+                print(
+                    f"| {label} | {action_mode(deterministic)} | {name} | {figures} |", flush=True
+                )
+
+
+def run_alternative(
+    base: EpisodePolicy,
+    card: ModelCard,
+    fields: dict[str, Any] | None,
+    args: argparse.Namespace,
+    row_spec: tuple[float, bool],
+) -> list[EpisodeResult]:
+    """The episodes of one (budget, action mode) with one alternative, on the row's seeds."""
+    budget, deterministic = row_spec
+    guard = BudgetGuard.model_validate(card.guard.model_dump() | (fields or {}))
+    schedule = () if args.cut is None else ((card.max_episode_len // 2, args.cut),)
+    target = target_reward_for(card.default_targets or [], budget)
+    guarded = fields is not None
+    specs = [
+        EpisodeSpec(args.seed + e, target, budget, deterministic, schedule, budget_guard=guarded)
+        for e in range(args.episodes)
+    ]
+    return run_episodes(dataclasses.replace(base, budget_guard=guard), card.task, specs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""The budget guard (runtime/budget_guard.py): its decisions, and how the episode loop applies
+them (the service applies them the same way: tests/service/test_budget_guard.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from runtime.budget_guard import (
+    DEFAULT_GUARD,
+    UNGUARDED,
+    BudgetGuard,
+    GuardAction,
+    GuardTally,
+)
+from runtime.card import ModelCard
+from runtime.context import EpisodeContext, make_rng, sample_action
+from runtime.episodes import EpisodePolicy, EpisodeSpec, run_episodes
+from tests.runtime.toy_env import toy_env_factory
+
+GUARD = BudgetGuard(fallback_margin=2.0, mean_action_pace=0.2, full_noise_pace=0.6)
+"""With 50 steps left: the fallback at <= 2 left, the mean action at <= 10, less noise below 30."""
+
+
+@pytest.mark.parametrize(
+    ("remaining", "action", "noise_scale"),
+    [
+        (40.0, GuardAction.NONE, 1.0),
+        (30.0, GuardAction.NONE, 1.0),
+        (20.0, GuardAction.LESS_NOISE, 0.5),
+        (15.0, GuardAction.LESS_NOISE, 0.25),
+        (10.0, GuardAction.MEAN_ACTION, 0.0),
+        (2.5, GuardAction.MEAN_ACTION, 0.0),
+        (2.0, GuardAction.FALLBACK, 0.0),
+        (0.0, GuardAction.FALLBACK, 0.0),
+    ],
+)
+def test_decide_makes_sampled_episodes_more_conservative_as_the_budget_runs_out(
+    remaining: float, action: GuardAction, noise_scale: float
+) -> None:
+    decision = GUARD.decide(remaining, steps_left=50, deterministic=False)
+    assert decision.action is action
+    assert decision.noise_scale == pytest.approx(noise_scale)
+    assert decision.cost_left_fed == (0.0 if action is GuardAction.FALLBACK else None)
+
+
+def test_decide_leaves_mean_action_episodes_alone_until_the_fallback() -> None:
+    assert GUARD.decide(4.0, 50, deterministic=True) is UNGUARDED
+    fallback = GUARD.decide(1.0, 50, deterministic=True)
+    assert fallback.action is GuardAction.FALLBACK and fallback.cost_left_fed == 0.0
+
+
+def test_decide_keeps_a_reserve_for_the_fallbacks_own_cost_per_step_left() -> None:
+    guard = GUARD.model_copy(update={"fallback_cost_rate": 0.1})
+    assert guard.reserve(30) == pytest.approx(5.0)
+    assert guard.decide(4.0, 30, deterministic=True).action is GuardAction.FALLBACK
+    assert guard.decide(4.0, 10, deterministic=True) is UNGUARDED  # reserve 3 by then
+
+
+def test_decide_leaves_an_episode_alone_that_cannot_go_over_any_more() -> None:
+    assert GUARD.decide(50.0, steps_left=50, deterministic=False) is UNGUARDED
+    assert GUARD.decide(2.0, steps_left=2, deterministic=False) is UNGUARDED  # not the fallback
+    assert GUARD.decide(2.0, steps_left=3, deterministic=False).action is GuardAction.FALLBACK
+    assert GUARD.decide(0.0, steps_left=0, deterministic=False) is UNGUARDED  # the last step
+    unbounded = GUARD.model_copy(update={"max_step_cost": 0.0})  # per-step cost unknown
+    assert unbounded.decide(2.0, 2, deterministic=False).action is GuardAction.FALLBACK
+    assert unbounded.decide(9.0, 2, deterministic=False) is UNGUARDED  # noise: no pace known
+
+
+def test_guard_refuses_a_full_noise_pace_below_the_mean_action_pace() -> None:
+    with pytest.raises(ValueError, match="full_noise_pace"):
+        BudgetGuard(mean_action_pace=0.8, full_noise_pace=0.5)
+
+
+def test_decide_follows_a_budget_changed_mid_episode_at_once() -> None:
+    """A pure function of the budget left: a budget cut acts on the very next decision."""
+    assert GUARD.decide(40.0, 50, deterministic=False) is UNGUARDED
+    assert GUARD.decide(0.0, 50, deterministic=False).action is GuardAction.FALLBACK  # cut to 0
+
+
+def test_card_without_a_guard_gets_the_defaults_and_a_card_may_set_its_own() -> None:
+    fields = {
+        "name": "toy", "version": "1", "task": "Toy", "observation_dim": 3, "action_dim": 2,
+        "action_low": [-1, -1], "action_high": [1, 1], "context_len": 4, "max_episode_len": 10,
+    }  # fmt: skip
+    assert ModelCard.model_validate(fields).guard == DEFAULT_GUARD
+    card = ModelCard.model_validate({**fields, "budget_guard": {"fallback_margin": 1.5}})
+    assert card.guard.fallback_margin == 1.5
+    assert card.guard.mean_action_pace == DEFAULT_GUARD.mean_action_pace
+    with pytest.raises(ValueError, match="fallback"):
+        ModelCard.model_validate({**fields, "budget_guard": {"fallback": "pray"}})
+
+
+def test_tally_counts_guarded_steps_by_action() -> None:
+    tally = GuardTally()
+    for action in (GuardAction.NONE, GuardAction.FALLBACK, GuardAction.LESS_NOISE):
+        tally = tally.add(action)
+    tally = tally.add(GuardAction.FALLBACK)
+    assert tally.guarded_steps == 3
+    assert tally.counts() == {"less_noise": 1, "mean_action": 0, "fallback": 2}
+
+
+def test_window_told_no_cost_left_is_the_window_of_a_budget_set_to_zero() -> None:
+    context = EpisodeContext.start([0.0, 0.0], 5.0, 8.0, context_len=4, action_dim=1, seed=0)
+    for cost in (1.0, 2.0):
+        context.advance(1.0, cost, [0.0, 0.0])
+    rebudgeted = context.copy()
+    rebudgeted.set_budget(remaining_cost=0.0)
+    told = context.window(0.5, cost_left=0.0)["costs_to_go"]
+    np.testing.assert_array_equal(told, rebudgeted.window(0.5)["costs_to_go"])
+    np.testing.assert_array_equal(told, [0.0, 1.5, 1.0, 0.0])  # cost spent since, x 0.5
+    np.testing.assert_array_equal(context.costs_to_go, [0.0, 8.0, 7.0, 5.0])  # untouched
+
+
+def test_sample_action_noise_scale_shrinks_the_noise_and_draws_the_same_numbers() -> None:
+    mean, log_std = np.array([0.1, -0.2]), np.array([-1.0, -1.0])
+    low, high = np.array([-9.0, -9.0]), np.array([9.0, 9.0])
+    full, half, none = make_rng(3), make_rng(3), make_rng(3)
+    sampled = sample_action(mean, log_std, full, low, high, False)
+    halved = sample_action(mean, log_std, half, low, high, False, noise_scale=0.5)
+    meaned = sample_action(mean, log_std, none, low, high, False, noise_scale=0.0)
+    np.testing.assert_allclose(halved - mean, (sampled - mean) / 2)
+    np.testing.assert_array_equal(meaned, mean)
+    assert full.random() == half.random() == none.random()  # later draws stay aligned
+
+
+def cost_following_policy(seen: list[np.ndarray]) -> EpisodePolicy:
+    """Acts with the newest cost-to-go / 10 as its first action entry (the toy env charges a
+    cost when it is over 0.5); records the cost-to-go windows it was fed."""
+
+    def predict(windows: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        seen.append(windows["costs_to_go"].copy())
+        mean = np.zeros((windows["costs_to_go"].shape[0], 2))
+        mean[:, 0] = windows["costs_to_go"][:, -1] / 10.0
+        return mean, np.full_like(mean, -1.0)
+
+    return EpisodePolicy(
+        predict, context_len=4, action_dim=2, action_low=[-1, -1], action_high=[1, 1],
+        budget_guard=BudgetGuard(fallback_margin=6.0, max_step_cost=0.0),
+        max_episode_len=12,
+    )  # fmt: skip
+
+
+def test_run_episodes_feeds_the_fallback_no_cost_left_and_counts_its_steps() -> None:
+    seen: list[np.ndarray] = []
+    spec = EpisodeSpec(3, 5.0, 8.0, deterministic=True, budget_guard=True)
+    (result,) = run_episodes(
+        cost_following_policy(seen), "toy", [spec], record_steps=True,
+        env_factory=toy_env_factory,
+    )  # fmt: skip
+    newest = [float(window[0, -1]) for window in seen]
+    assert newest[:2] == [8.0, 7.0] and newest[2:] == [0.0] * 10  # 6 left: the fallback
+    np.testing.assert_array_equal(seen[2][0], [0.0, 2.0, 1.0, 0.0])  # cost spent since
+    assert result.step_costs == [1.0, 1.0] + [0.0] * 10
+    assert result.guard == GuardTally(fallback=10)
+
+
+def test_run_episodes_without_the_guard_is_unchanged_and_counts_nothing() -> None:
+    seen: list[np.ndarray] = []
+    spec = EpisodeSpec(3, 5.0, 8.0, deterministic=True)
+    (result,) = run_episodes(
+        cost_following_policy(seen), "toy", [spec], env_factory=toy_env_factory
+    )
+    assert [float(window[0, -1]) for window in seen[:4]] == [8.0, 7.0, 6.0, 5.0]
+    assert result.cost == 3.0 and result.guard == GuardTally()
