@@ -49,6 +49,7 @@ def secured_url(client_settings: Settings) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def quota_url(client_settings: Settings) -> Iterator[str]:
-    """A real server that holds one live episode per token (`TOKEN`): a second start gets 429."""
-    quota = {"api_tokens": {TOKEN}, "max_episodes_per_token": 1}
+    """A real server that holds one live episode per token (`TOKEN`): a second start gets 429
+    with `Retry-After` the time until the held episode expires (about 1 s with this TTL)."""
+    quota = {"api_tokens": {TOKEN}, "max_episodes_per_token": 1, "episode_ttl_s": 1.0}
     yield from serve_in_thread(client_settings.model_copy(update=quota))
