@@ -15,18 +15,23 @@ It reads the server's `/metrics` before and after, and checks that its budget-ad
 moved by what the client counted (episodes ended, over budget, guarded steps): the figures an
 operator sees are the ones users get. That holds when nothing else uses the server meanwhile.
 
-`--record` writes the rows into each card's `budget_guard_measured` (`runtime.card`) once the
-server has stopped; a server that already runs must be restarted to serve the new cards.
+`--guard '{"early_scale": 0.5}'` measures the models with those guard settings instead of their
+cards' (served from a copy of their folders). `--record` writes the rows into each card's
+`budget_guard_measured`, and with `--guard` the settings into its `budget_guard` (`runtime.card`),
+once the server has stopped; a server that already runs must be restarted to serve the new cards.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
+import shutil
 import sys
+import tempfile
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 from bench.local_server import add_service_arguments, service_url
 from clients.rollout import EpisodeOutcome, RolloutConfig, run_rollouts
 from runtime.arguments import positive_int
+from runtime.budget_guard import BudgetGuard
 from runtime.card import GuardFigures, GuardMeasurement, read_card, update_card
 from runtime.evaluation_protocol import REPORTED_BUDGETS, action_mode
 
@@ -201,7 +207,28 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--record", action="store_true", help="write the rows into the cards (restart after)"
     )
+    parser.add_argument(
+        "--guard", type=guard_settings, help="budget guard settings (JSON) to measure and record"
+    )
     return parser
+
+
+def guard_settings(text: str) -> BudgetGuard:
+    """`--guard`: a JSON object of `BudgetGuard` fields."""
+    try:
+        return BudgetGuard.model_validate_json(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"--guard: {error}") from None
+
+
+@contextlib.contextmanager
+def guarded_copy(models_dir: Path, models: Sequence[str], guard: BudgetGuard) -> Iterator[Path]:
+    """A temporary models folder holding `models` with `guard` in their cards."""
+    with tempfile.TemporaryDirectory(prefix="guarded-models-") as temporary:
+        for model in models:
+            shutil.copytree(models_dir / model, Path(temporary) / model)
+            update_card(Path(temporary) / model, budget_guard=guard.model_dump(mode="json"))
+        yield Path(temporary)
 
 
 def parse_cut(text: str) -> tuple[float, float] | None:
@@ -214,13 +241,31 @@ def parse_cut(text: str) -> tuple[float, float] | None:
 
 def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
+    if args.guard is not None and args.server is not None:
+        raise SystemExit("--guard needs a server started here: it serves copies of the cards")
+    with contextlib.ExitStack() as stack:
+        served = args.models_dir
+        if args.guard is not None:
+            served = stack.enter_context(guarded_copy(args.models_dir, args.models, args.guard))
+        rows = measure(args, argparse.Namespace(**{**vars(args), "models_dir": served}))
+    if args.record:
+        for model, measured in rows.items():
+            update_card(args.models_dir / model, budget_guard_measured=measured)
+            if args.guard is not None:
+                update_card(args.models_dir / model, budget_guard=args.guard)
+
+
+def measure(
+    args: argparse.Namespace, service: argparse.Namespace
+) -> dict[str, list[GuardMeasurement]]:
+    """Every row of every model through the service `service` names; prints and returns them."""
     cut = parse_cut(args.cut)
     rows: dict[str, list[GuardMeasurement]] = {}
     kept: dict[str, list[dict[str, object]]] = {}
-    with service_url(args) as url:
+    with service_url(service) as url:
         for model in args.models:
             before, seeds = scrape(url), (args.seed, args.episodes)
-            length = read_card(args.models_dir / model).max_episode_len
+            length = read_card(service.models_dir / model).max_episode_len
             specs = row_specs(args.budgets, cut, length)
             configs = [
                 rollout_config(url, model, spec, guard, seeds)
@@ -240,9 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         dumped = {m: [row.model_dump(mode="json") for row in r] for m, r in rows.items()}
         args.json.write_text(json.dumps({"rows": dumped, "episodes": kept}, indent=2) + "\n")
-    if args.record:
-        for model, measured in rows.items():
-            update_card(args.models_dir / model, budget_guard_measured=measured)
+    return rows
 
 
 if __name__ == "__main__":

@@ -33,14 +33,17 @@ from runtime.evaluation_protocol import action_mode, target_reward_for
 from runtime.policy import Policy
 from runtime.scores import normalised_reward
 
-NO_NOISE_STAGES = {"mean_action_pace": 0.0, "full_noise_pace": 0.0}
+FALLBACK_ONLY = {"mean_action_pace": 0.0, "full_noise_pace": 0.0, "hidden_reserve": 0.0}
 ALTERNATIVES: dict[str, dict[str, Any] | None] = {
     "unguarded": None,
+    "fallback-1": {"fallback_margin": 1.0, **FALLBACK_ONLY},
+    "fallback-3": {"fallback_margin": 3.0, **FALLBACK_ONLY},
+    "fallback-5": {"fallback_margin": 5.0, **FALLBACK_ONLY},
+    "fallback-7": {"fallback_margin": 7.0, **FALLBACK_ONLY},
+    "no-hidden-reserve": {"hidden_reserve": 0.0},
+    "noise-from-pace-0.5": {"mean_action_pace": 0.5},
+    "paced-0.5": {"early_scale": 0.5},
     "shipped": {},
-    "fallback-3": {"fallback_margin": 3.0, **NO_NOISE_STAGES},
-    "fallback-5": {"fallback_margin": 5.0, **NO_NOISE_STAGES},
-    "fallback-7": {"fallback_margin": 7.0, **NO_NOISE_STAGES},
-    "mean-below-pace-1": {"mean_action_pace": 1.0, "full_noise_pace": 1.0},
 }
 """Named alternatives: None runs without the guard; a dict overrides the card's guard."""
 

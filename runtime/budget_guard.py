@@ -1,22 +1,24 @@
 """The budget guard: every episode keeps its cost budget, not only the average.
 
-A CDT conditioned on a cost budget keeps it on average; single episodes still overshoot (20-40 %
-of sampled episodes at a budget of 10, issue 28), and calibration cannot move that tail. The guard
-acts on what is known at every step, the cost budget left and the steps left, and makes the
-policy more conservative as the budget runs out:
+A CDT conditioned on a cost budget keeps it on average; single episodes still overshoot (15-45 %
+of sampled episodes, issue 28), and calibration cannot move that tail. The guard acts on what is
+known at every step: the cost budget left, the steps left and the action mode. The pace is the
+budget left per step left, in units of the largest cost one step can add: at a pace of 1 or
+more the episode cannot go over any more, and the guard stands aside. Below that:
 
-1. `less_noise`: the sampling noise shrinks linearly with the budget left (sampled episodes);
-2. `mean_action`: the Gaussian's mean, no noise (sampled episodes);
-3. `fallback`: the card's fallback, by default the CDT itself conditioned on no cost left
-   (cost-to-go 0 in its window) with the mean action, once the budget left is within
-   `fallback_margin` of the costly steps it may still have to absorb.
+- the model is told `hidden_reserve` less budget than is left (and, with `early_scale` below 1,
+  only a share of it early in the episode), so its own plan ends with something in reserve;
+- `less_noise`: a sampled episode's noise shrinks with the pace, from `full_noise_pace` down
+  to `mean_action_pace`;
+- `mean_action`: at or below `mean_action_pace`, the Gaussian's mean, no noise;
+- `fallback`: at or below `fallback_margin` of budget left, the card's fallback, by default the
+  CDT itself told no cost is left (cost-to-go 0 in its window), with the mean action.
 
-It is a pure function of (budget left, steps left, action mode), so it follows a budget changed
-mid-episode at once and needs no state of its own beyond its counts. The service
-(`service.inference.PendingAction`) and the offline episode loop (`runtime.episodes`) both call
-`BudgetGuard.decide` and apply the decision with `EpisodeContext.window`'s `cost_left` and
-`sample_action`'s `noise_scale`: what is measured offline is what is served. The thresholds and the
-chose them: docs/decisions/budget-guard.md.
+It is a pure function of those, so it follows a budget changed mid-episode at once and needs no
+state beyond its counts. The service (`service.inference.PendingAction`) and the offline episode
+loop (`runtime.episodes`) both call `BudgetGuard.decide` and apply the decision with
+`EpisodeContext.window`'s `cost_left` and `sample_action`'s `noise_scale`: what is measured
+offline is what is served. The figures that chose the defaults: docs/decisions/budget-guard.md.
 """
 
 from __future__ import annotations
@@ -81,11 +83,18 @@ class BudgetGuard(BaseModel):
     """The largest cost one step can add (Bullet-Safety-Gym: 1). With at least this much budget
     left per step left, the episode cannot go over, and the guard leaves it alone (0: unknown;
     the guard then never stands aside and never adds noise back)."""
-    mean_action_pace: float = Field(default=0.5, ge=0)
+    mean_action_pace: float = Field(default=1.0, ge=0)
     """Pace at or below which sampled episodes act with the mean action."""
     full_noise_pace: float = Field(default=1.0, ge=0)
     """Pace at or above which sampled episodes keep their full sampling noise; between the two
     paces the noise shrinks linearly."""
+
+    hidden_reserve: float = Field(default=2.0, ge=0)
+    """Budget kept from the model while the episode could still go over (pace below 1): it is
+    told this much less than is left, so its own plan ends with this much in reserve."""
+    early_scale: float = Field(default=1.0, gt=0, le=1)
+    """Pacing: at the episode's start the model is told this share of the budget left, rising
+    linearly to all of it at the episode's end, so it keeps budget for a later cut."""
 
     @model_validator(mode="after")
     def _check_paces(self) -> Self:
@@ -102,7 +111,17 @@ class BudgetGuard(BaseModel):
         most = self.max_step_cost * steps_left
         return remaining_cost / most if most > 0 else float("inf")
 
-    def decide(self, remaining_cost: float, steps_left: int, deterministic: bool) -> GuardDecision:
+    def told(self, remaining_cost: float, steps_left: int, episode_len: int) -> float | None:
+        """The budget left the model is told (None: all of it, as it is)."""
+        if self.hidden_reserve == 0 and self.early_scale == 1:
+            return None
+        done = 1.0 - steps_left / episode_len if episode_len > 0 else 1.0
+        scale = self.early_scale + (1.0 - self.early_scale) * min(max(done, 0.0), 1.0)
+        return max(remaining_cost * scale - self.hidden_reserve, 0.0)
+
+    def decide(
+        self, remaining_cost: float, steps_left: int, deterministic: bool, episode_len: int = 0
+    ) -> GuardDecision:
         """The decision for a step with `remaining_cost` budget and `steps_left` steps to go.
 
         Args:
@@ -110,20 +129,21 @@ class BudgetGuard(BaseModel):
                 any budget change).
             steps_left: `max_episode_len` minus the step index of the newest observation.
             deterministic: the episode acts with the mean action anyway.
+            episode_len: the card's `max_episode_len` (pacing; 0: the episode's end).
         """
         pace = self.pace(remaining_cost, steps_left)
         if self.max_step_cost > 0 and pace >= 1.0:
             return UNGUARDED  # even a costly step each step to the end stays within budget
         if remaining_cost <= self.reserve(steps_left):
             return GuardDecision(GuardAction.FALLBACK, noise_scale=0.0, cost_left_fed=0.0)
+        told = self.told(remaining_cost, steps_left, episode_len)
         if deterministic or pace >= self.full_noise_pace:
-            return UNGUARDED
+            return UNGUARDED if told is None else GuardDecision(GuardAction.NONE, 1.0, told)
         if pace <= self.mean_action_pace:
-            return GuardDecision(GuardAction.MEAN_ACTION, noise_scale=0.0)
+            return GuardDecision(GuardAction.MEAN_ACTION, noise_scale=0.0, cost_left_fed=told)
         span = self.full_noise_pace - self.mean_action_pace
-        return GuardDecision(
-            GuardAction.LESS_NOISE, noise_scale=(pace - self.mean_action_pace) / span
-        )
+        noise_scale = (pace - self.mean_action_pace) / span
+        return GuardDecision(GuardAction.LESS_NOISE, noise_scale, told)
 
 
 DEFAULT_GUARD = BudgetGuard()

@@ -97,7 +97,10 @@ def decide(policy: EpisodePolicy, spec: EpisodeSpec, context: EpisodeContext) ->
     if not spec.budget_guard:
         return UNGUARDED
     steps_left = policy.max_episode_len - context.step
-    return policy.budget_guard.decide(context.remaining_cost, steps_left, spec.deterministic)
+    guard = policy.budget_guard
+    return guard.decide(
+        context.remaining_cost, steps_left, spec.deterministic, policy.max_episode_len
+    )
 
 
 def _window(

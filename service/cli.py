@@ -10,11 +10,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 from pathlib import Path
 
 import uvicorn
 from pydantic import ValidationError
 
+from runtime.arguments import CommandParser, positive_int
 from runtime.card import CARD_FILE
 from service.config import Settings
 from service.http_guard import GuardedHTTPProtocol, GuardedWebSocketProtocol
@@ -22,18 +24,20 @@ from service.http_guard import GuardedHTTPProtocol, GuardedWebSocketProtocol
 
 def build_parser() -> argparse.ArgumentParser:
     """The `cdt serve` options; unset ones fall back to `CDT_*` variables and `Settings`."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="cdt serve", description="Serve the model repository over REST and websocket."
     )
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8000, help="bind port (default 8000)")
+    parser.add_argument("--port", type=port, default=8000, help="bind port (default 8000)")
     parser.add_argument("--models-dir", type=Path, help="model repository (default models/)")
     parser.add_argument(
         "--allow-empty",
         action="store_true",
         help="start even when the models folder holds no model (load them later by reload)",
     )
-    parser.add_argument("--workers", type=int, default=1, help="processes; >1 needs --redis-url")
+    parser.add_argument(
+        "--workers", type=positive_int, default=1, help="processes; >1 needs --redis-url"
+    )
     parser.add_argument("--redis-url", help="session store, e.g. redis://127.0.0.1:6379/0")
     parser.add_argument("--episode-ttl", type=float, help="idle episode expiry in seconds")
     parser.add_argument("--max-episodes", type=int, help="cap on live episodes")
@@ -85,14 +89,34 @@ def load_settings(parser: argparse.ArgumentParser) -> Settings:
         return Settings()
     except ValidationError as invalid:
         error = invalid.errors()[0]
-        name = "CDT_" + "_".join(str(part) for part in error["loc"]).upper()
+        name = "_".join(str(part) for part in error["loc"]).upper()
+        name = name if name.startswith("CDT_") else f"CDT_{name}"  # an alias is the variable
         parser.exit(2, f"cdt serve: invalid {name}: {error['msg']}\n")
+
+
+def port(text: str) -> int:
+    """A TCP port, 0-65535 (0: any free one)."""
+    value = int(text)
+    if not 0 <= value <= 65_535:
+        raise argparse.ArgumentTypeError(f"must lie in 0-65535, got {value}")
+    return value
+
+
+def bind_problem(host: str, port_number: int) -> str | None:
+    """Why (host, port) cannot be bound now, or None: checked before any model is loaded."""
+    try:
+        with socket.create_server((host, port_number)):
+            return None
+    except OSError as error:
+        return f"cannot listen on {host}:{port_number}: {error.strerror or error}"
 
 
 def startup_problem(args: argparse.Namespace, settings: Settings) -> str | None:
     """Why the service should not start with these options (one line), or None."""
     if args.workers > 1 and not settings.redis_url:
         return "--workers > 1 needs --redis-url (episodes must be shared)"
+    if (problem := bind_problem(args.host, args.port)) is not None:
+        return problem
     models_dir = settings.models_dir
     if not models_dir.is_dir():
         return f"models folder {models_dir} does not exist"

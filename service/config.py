@@ -15,6 +15,9 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+"""The URL schemes redis-py connects with."""
+
 
 class Settings(BaseSettings):
     """Everything the service can be told; passed into `create_app(settings)`."""
@@ -114,6 +117,13 @@ class Settings(BaseSettings):
     not_ready_retry_after_s: PositiveInt = 5
     """`Retry-After` of a 503 `/readyz` (no model, refused models, a failing store), unless the
     Redis breaker's cool-down is longer."""
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(REDIS_SCHEMES):
+            raise ValueError(f"must start with one of {', '.join(REDIS_SCHEMES)}")
+        return value
 
     @field_validator("api_tokens", "admin_tokens", mode="before")
     @classmethod

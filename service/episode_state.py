@@ -150,7 +150,9 @@ def guard_decision(record: EpisodeRecord, card: ModelCard) -> GuardDecision:
         return UNGUARDED
     context = record.context
     steps_left = card.max_episode_len - context.step
-    return card.guard.decide(context.remaining_cost, steps_left, record.deterministic)
+    return card.guard.decide(
+        context.remaining_cost, steps_left, record.deterministic, card.max_episode_len
+    )
 
 
 def act(

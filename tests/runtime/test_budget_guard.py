@@ -3,6 +3,8 @@ them (the service applies them the same way: tests/service/test_budget_guard.py)
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -18,8 +20,11 @@ from runtime.context import EpisodeContext, make_rng, sample_action
 from runtime.episodes import EpisodePolicy, EpisodeSpec, run_episodes
 from tests.runtime.toy_env import toy_env_factory
 
-GUARD = BudgetGuard(fallback_margin=2.0, mean_action_pace=0.2, full_noise_pace=0.6)
-"""With 50 steps left: the fallback at <= 2 left, the mean action at <= 10, less noise below 30."""
+GUARD = BudgetGuard(
+    fallback_margin=2.0, mean_action_pace=0.2, full_noise_pace=0.6, hidden_reserve=0.0
+)
+"""With 50 steps left: the fallback at <= 2 left, the mean action at <= 10, less noise below 30;
+the model told the whole budget left."""
 
 
 @pytest.mark.parametrize(
@@ -65,6 +70,24 @@ def test_decide_leaves_an_episode_alone_that_cannot_go_over_any_more() -> None:
     unbounded = GUARD.model_copy(update={"max_step_cost": 0.0})  # per-step cost unknown
     assert unbounded.decide(2.0, 2, deterministic=False).action is GuardAction.FALLBACK
     assert unbounded.decide(9.0, 2, deterministic=False) is UNGUARDED  # noise: no pace known
+
+
+def test_decide_tells_the_model_less_than_is_left_while_it_could_still_go_over() -> None:
+    guard = GUARD.model_copy(update={"hidden_reserve": 2.0})
+    assert guard.decide(40.0, 50, deterministic=True).cost_left_fed == 38.0
+    kept = guard.decide(40.0, 50, deterministic=True)
+    assert kept.action is GuardAction.NONE and kept.noise_scale == 1.0  # not a guarded step
+    assert guard.decide(10.0, 50, deterministic=False).cost_left_fed == 8.0  # with the mean
+    assert guard.decide(2.5, 50, deterministic=False).cost_left_fed == 0.5
+    assert guard.decide(50.0, 50, deterministic=True) is UNGUARDED  # cannot go over: all of it
+
+
+def test_decide_paces_the_budget_told_from_a_share_at_the_start_to_all_at_the_end() -> None:
+    guard = GUARD.model_copy(update={"early_scale": 0.5})
+    assert guard.decide(40.0, 100, True, episode_len=100).cost_left_fed == 20.0
+    assert guard.decide(40.0, 50, True, episode_len=100).cost_left_fed == 30.0
+    assert guard.decide(20.0, 25, True, episode_len=100).cost_left_fed == 17.5
+    assert guard.decide(40.0, 100, True).cost_left_fed == 40.0  # no episode length: no pacing
 
 
 def test_guard_refuses_a_full_noise_pace_below_the_mean_action_pace() -> None:
@@ -136,7 +159,7 @@ def cost_following_policy(seen: list[np.ndarray]) -> EpisodePolicy:
 
     return EpisodePolicy(
         predict, context_len=4, action_dim=2, action_low=[-1, -1], action_high=[1, 1],
-        budget_guard=BudgetGuard(fallback_margin=6.0, max_step_cost=0.0),
+        budget_guard=BudgetGuard(fallback_margin=6.0, max_step_cost=0.0, hidden_reserve=0.0),
         max_episode_len=12,
     )  # fmt: skip
 
@@ -153,6 +176,19 @@ def test_run_episodes_feeds_the_fallback_no_cost_left_and_counts_its_steps() -> 
     np.testing.assert_array_equal(seen[2][0], [0.0, 2.0, 1.0, 0.0])  # cost spent since
     assert result.step_costs == [1.0, 1.0] + [0.0] * 10
     assert result.guard == GuardTally(fallback=10)
+
+
+def test_run_episodes_tells_the_model_the_budget_less_the_hidden_reserve() -> None:
+    seen: list[np.ndarray] = []
+    policy = cost_following_policy(seen)
+    guard = policy.budget_guard.model_copy(update={"hidden_reserve": 2.0, "fallback_margin": 0})
+    spec = EpisodeSpec(3, 5.0, 8.0, deterministic=True, budget_guard=True)
+    (result,) = run_episodes(
+        dataclasses.replace(policy, budget_guard=guard), "toy", [spec],
+        env_factory=toy_env_factory,
+    )  # fmt: skip
+    assert [float(window[0, -1]) for window in seen[:3]] == [6.0, 5.0, 5.0]
+    assert result.cost == 1.0 and result.guard == GuardTally()  # told less, not guarded
 
 
 def test_run_episodes_without_the_guard_is_unchanged_and_counts_nothing() -> None:

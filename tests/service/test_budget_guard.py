@@ -19,7 +19,10 @@ START = {
     "model": "toy", "target_reward": 50.0, "target_cost": 10.0, "observation": OBSERVATION,
     "seed": 5,
 }  # fmt: skip
-GUARD = {"fallback_margin": 2.0, "mean_action_pace": 0.045, "full_noise_pace": 0.055}
+GUARD = {
+    "fallback_margin": 2.0, "mean_action_pace": 0.045, "full_noise_pace": 0.055,
+    "hidden_reserve": 0.0,
+}  # fmt: skip
 """With the toy's 100 steps, about 98 left: the fallback at <= 2 left, the mean action at <= 4.4,
 less noise below 5.4."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,7 @@ def test_serve_empty_models_folder_exits_2_unless_allowed(
     served: list[dict[str, Any]], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     assert "--allow-empty" in refusal(["--models-dir", str(tmp_path)], capsys)
-    main(["--models-dir", str(tmp_path), "--allow-empty"])
+    main(["--models-dir", str(tmp_path), "--allow-empty", "--port", "0"])
     assert len(served) == 1
 
 
@@ -118,8 +119,21 @@ def test_serve_invalid_option_exits_2_with_one_line(
 def test_serve_runs_uvicorn_with_the_guarded_protocol(
     served: list[dict[str, Any]], models_dir: Path
 ) -> None:
-    main(["--models-dir", str(models_dir), "--keep-alive", "3"])
+    main(["--models-dir", str(models_dir), "--keep-alive", "3", "--port", "0"])
     (call,) = served
     assert call["http"] is GuardedHTTPProtocol and call["ws"] is GuardedWebSocketProtocol
     assert call["factory"] and not call["access_log"]
     assert os.environ["CDT_HTTP_KEEP_ALIVE_S"] == "3.0"
+
+
+def test_serve_refuses_a_bad_or_busy_port_and_a_bogus_redis_url_before_loading(
+    served: list[dict[str, Any]], capsys: pytest.CaptureFixture[str], models_dir: Path
+) -> None:
+    assert "--port: must lie in 0-65535" in refusal(["--port", "-1"], capsys)
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        taken = str(busy.getsockname()[1])
+        line = refusal(["--models-dir", str(models_dir), "--port", taken], capsys)
+    assert line.startswith(f"cdt serve: cannot listen on 127.0.0.1:{taken}")
+    line = refusal(["--models-dir", str(models_dir), "--redis-url", "bogus://x"], capsys)
+    assert line.startswith("cdt serve: invalid CDT_REDIS_URL: ")
+    assert not served

@@ -63,7 +63,8 @@ def test_step_subtracts_reward_and_cost(client: TestClient) -> None:
 
 def test_episode_same_seed_gives_same_actions(client: TestClient) -> None:
     assert run(client, seed=3) == run(client, seed=3)
-    assert run(client, seed=3) != run(client, seed=4)
+    # sampled actions: the budget guard would act with the mean at 10 left of 100 steps
+    assert run(client, seed=3, budget_guard=False) != run(client, seed=4, budget_guard=False)
 
 
 def test_episode_actions_stay_within_the_action_bounds(client: TestClient) -> None:

@@ -86,6 +86,7 @@ def served_episode(model_dir: Path, spec: EpisodeSpec) -> tuple[float, list[np.n
                 "observation": observation.tolist(),
                 "seed": spec.seed,
                 "deterministic": spec.deterministic,
+                "budget_guard": spec.budget_guard,  # the offline loop's setting (default off)
             },
         ).json()
         for step in range(1, env.length + 1):
