@@ -39,7 +39,7 @@ ALTERNATIVES: dict[str, dict[str, Any] | None] = {
     "fallback-1": {"fallback_margin": 1.0, **FALLBACK_ONLY},
     "fallback-3": {"fallback_margin": 3.0, **FALLBACK_ONLY},
     "fallback-5": {"fallback_margin": 5.0, **FALLBACK_ONLY},
-    "fallback-7": {"fallback_margin": 7.0, **FALLBACK_ONLY},
+    "fallback-8": {"fallback_margin": 8.0, **FALLBACK_ONLY},
     "no-hidden-reserve": {"hidden_reserve": 0.0},
     "noise-from-pace-0.5": {"mean_action_pace": 0.5},
     "paced-0.5": {"early_scale": 0.5},

@@ -74,7 +74,7 @@ class BudgetGuard(BaseModel):
 
     fallback: Literal["zero_cost_to_go"] = "zero_cost_to_go"
     """What runs once the budget is nearly spent: the CDT fed cost-to-go 0, mean action."""
-    fallback_margin: float = Field(default=5.0, ge=0)
+    fallback_margin: float = Field(default=8.0, ge=0)
     """Budget left at or below which the fallback acts: the cost of the costly streak already
     under way when it takes over (costs come in runs of steps, not one at a time)."""
     fallback_cost_rate: float = Field(default=0.0, ge=0)
