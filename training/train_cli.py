@@ -18,7 +18,6 @@ import logging
 import math
 import sys
 import time
-from pathlib import Path
 
 from runtime.arguments import (
     AT_LEAST_0,
@@ -95,19 +94,13 @@ def check_device(device: str) -> None:
         raise UserError(f"--device {device}: this machine has {torch.cuda.device_count()} GPUs")
 
 
-def run_dir_of(config: TrainConfig, task: str) -> Path:
-    """Where a new run writes: `training.learn.train`'s rule (out_dir / run_name, by default
-    `<algo>-<task>-seed<seed>`)."""
-    return config.out_dir / (config.run_name or f"{config.algo}-{task}-seed{config.seed}")
-
-
 def check_run_dir(config: TrainConfig) -> None:
     """Refuse to start a new run (no --resume) in a folder that holds an earlier one."""
     if config.resume is not None:
         return
     from training.data.dataset import read_task  # deferred on purpose: h5py
 
-    run_dir = run_dir_of(config, read_task(config.dataset))
+    run_dir = config.run_dir(read_task(config.dataset))
     if run_dir.is_dir() and any(run_dir.iterdir()):
         raise UserError(
             f"{run_dir} holds an earlier run: continue it with --resume {run_dir / 'last.pt'},"
@@ -139,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
         record(
             LedgerEntry(
                 "train",
-                str(config.resume.parent if config.resume else run_dir_of(config, task)),
+                str(config.run_dir(task)),
                 outcome,
                 task=task,
                 algorithm=config.algo,

@@ -267,6 +267,13 @@ class TrainConfig:
             return (True,)
         return {"both": (False, True), "sampled": (False,)}[self.eval_action_modes]
 
+    def run_dir(self, task: str) -> Path:
+        """Where this run writes: the resumed checkpoint's folder, else out_dir / run_name (by
+        default `<algo>-<task>-seed<seed>`)."""
+        if self.resume is not None:
+            return self.resume.parent
+        return self.out_dir / (self.run_name or f"{self.algo}-{task}-seed{self.seed}")
+
     @property
     def served_cost_cap(self) -> float:
         """The largest cost a relabelled target may ask for: the factor x the largest budget."""

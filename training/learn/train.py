@@ -162,13 +162,6 @@ def train_step(state: TrainState, batch: Batch) -> LossTerms:
     return terms
 
 
-def _run_dir(config: TrainConfig, task: str) -> Path:
-    if config.resume is not None:
-        return config.resume.parent
-    name = config.run_name or f"{config.algo}-{task}-seed{config.seed}"
-    return config.out_dir / name
-
-
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # Intel AMX tiles; AVX-512 BF16 (AMD Zen 4+)
 
 
@@ -202,7 +195,7 @@ def prepare_training(config: TrainConfig) -> TrainState:
     if device.type == "cuda":  # gather windows on the GPU: no per-step host work or copy
         sampler.buffer = sampler.buffer.rows_to(device)
     torch.manual_seed(config.seed + 1 + context.rank)  # dropout stream, distinct per rank
-    run_dir = _run_dir(config, dataset.task)
+    run_dir = config.run_dir(dataset.task)
     if context.is_main:
         logger.info(
             "run folder %s (Ctrl-C stops after the current step and keeps last.pt; "
