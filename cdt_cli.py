@@ -12,7 +12,7 @@ import importlib
 import sys
 from importlib.metadata import version
 
-from runtime.user_errors import UserError, install_hint, missing_extra, stop
+from runtime.user_errors import install_hint, missing_extra, stop, user_error_types
 
 # subcommand -> (module with `main(argv)`, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -20,10 +20,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "dataset": ("training.data.cli", "inspect, reduce or add outliers to a dataset"),
     "train": ("training.train_cli", "train CDT or a baseline on a dataset"),
     "select": (
-        "training.evaluation.select_checkpoint",
+        "training.evaluation.select_cli",
         "choose best.pt among a run's kept checkpoints (simulator)",
     ),
-    "export": ("training.export", "export a checkpoint to models/NAME/ (ONNX + model card)"),
+    "export": ("training.export_cli", "export a checkpoint to models/NAME/ (ONNX + model card)"),
     "calibrate": (
         "training.evaluation.calibrate",
         "calibrate an exported policy's mean action per budget (simulator)",
@@ -76,19 +76,14 @@ def _baseline_algo(args: list[str]) -> bool:
 
 
 # Errors of library modules that mean the user's input is wrong (every other one is a UserError),
-# by the module that defines them: looked up only once that module is loaded, so that naming
-# them here imports nothing (torch, onnxruntime) a command does not need.
+# by name: looked up only once their module is loaded, so that naming them here imports nothing
+# (torch, onnxruntime) a command does not need.
 USER_ERROR_TYPES = (
-    ("runtime.policy", "PolicyLoadError"),
-    ("training.learn.checkpoint", "CheckpointError"),
-    ("training.learn.config", "ConfigError"),
+    "runtime.policy.PolicyLoadError",
+    "training.learn.checkpoint.CheckpointError",
+    "training.learn.config.ConfigError",
 )
 OUR_PACKAGES = ("training", "runtime", "service", "clients")
-
-
-def _user_error_types() -> tuple[type[BaseException], ...]:
-    found = [getattr(sys.modules.get(module), name, None) for module, name in USER_ERROR_TYPES]
-    return (UserError, *(kind for kind in found if isinstance(kind, type)))
 
 
 def _run(name: str, module_name: str, args: list[str]) -> None:
@@ -105,7 +100,7 @@ def _run(name: str, module_name: str, args: list[str]) -> None:
             stop(prog, f"this install has no {package}/ package (the serving image ships none)")
         raise
     except Exception as error:
-        if isinstance(error, _user_error_types()):
+        if isinstance(error, user_error_types(*USER_ERROR_TYPES)):
             stop(prog, error)
         raise
 

@@ -6,6 +6,12 @@ service's `Retry-After` (409 `episode_busy`, 429; 503 only for a numbered step) 
 the time it names, and a numbered step `step(..., step=t)` also after a transport error or a
 502/503/504, since the service answers a repeated step with the same action:
 `with PolicyClient(url) as client: client.step(episode_id, observation, reward, cost, step=t)`.
+
+A step or budget change may carry the episode's `revision` from an earlier answer (`If-Match`):
+it then applies only if nothing changed the episode since, else `PreconditionFailedError`. With
+`deadline_s`, each attempt of a step or budget change carries `X-Request-Deadline` (now plus
+`deadline_s`), after which no replica applies it: with `deadline_s` at most the timeout, a call
+that timed out can be sent elsewhere without the lost attempt applying later.
 """
 
 from __future__ import annotations
@@ -89,6 +95,11 @@ class ConflictError(PolicyClientError):
     request (`episode_busy`, retryable) (409)."""
 
 
+class PreconditionFailedError(PolicyClientError):
+    """Nothing was changed (412): the episode is no longer at the revision the call named
+    (`revision_mismatch`), or the call's deadline passed before it applied (`deadline_passed`)."""
+
+
 class TooManyEpisodesError(PolicyClientError):
     """The service's cap on live episodes is reached (429)."""
 
@@ -104,6 +115,7 @@ _ERRORS_BY_STATUS: dict[int, type[PolicyClientError]] = {
     404: NotFoundError,
     409: ConflictError,
     410: EpisodeGoneError,
+    412: PreconditionFailedError,
     429: TooManyEpisodesError,
 }
 
@@ -138,7 +150,8 @@ def error_from_response(response: httpx.Response) -> PolicyClientError:
 @dataclass(frozen=True)
 class _Call(Generic[ResponseT]):
     """One API call: method, path, JSON body, the type of the answer, whether it is repeatable
-    (safe to send again even if a lost attempt went through: a numbered step)."""
+    (safe to send again even if a lost attempt went through: a numbered step), and for a change
+    (a step or budget change, which may carry preconditions) the revision it requires."""
 
     method: str
     path: str
@@ -146,6 +159,8 @@ class _Call(Generic[ResponseT]):
     body: dict[str, Any] | None = None
     repeatable: bool = False
     ok_statuses: frozenset[int] = frozenset({200, 201})
+    change: bool = False
+    revision: int | None = None
 
 
 def _body(build: Callable[[], pydantic.BaseModel]) -> dict[str, Any]:
@@ -178,19 +193,29 @@ def _create_call(
 
 
 def _step_call(
-    episode_id: str, observation: Observation, reward: float, cost: float, step: int | None
+    episode_id: str,
+    observation: Observation,
+    env_answer: tuple[float, float],
+    step: int | None,
+    revision: int | None,
 ) -> _Call[StepResponse]:
+    """`env_answer`: the step's reward and cost."""
     values = [float(value) for value in observation]
+    reward, cost = env_answer
     body = _body(lambda: StepRequest(observation=values, reward=reward, cost=cost, step=step))
     path = _episode_path(episode_id, "/step")
-    return _Call("POST", path, StepResponse, body, repeatable=step is not None)
+    repeatable = step is not None
+    return _Call("POST", path, StepResponse, body, repeatable, change=True, revision=revision)
 
 
-def _budget_call(episode_id: str, *budgets: float | None) -> _Call[EpisodePublic]:
+def _budget_call(
+    episode_id: str, budgets: tuple[float | None, ...], revision: int | None
+) -> _Call[EpisodePublic]:
     """`budgets`: cost_limit, remaining_cost, target_reward, remaining_reward."""
     names = ("cost_limit", "remaining_cost", "target_reward", "remaining_reward")
     body = _body(lambda: BudgetUpdate.model_validate(dict(zip(names, budgets, strict=True))))
-    return _Call("PATCH", _episode_path(episode_id, "/budget"), EpisodePublic, body)
+    path = _episode_path(episode_id, "/budget")
+    return _Call("PATCH", path, EpisodePublic, body, change=True, revision=revision)
 
 
 _READYZ = _Call("GET", "/readyz", HealthStatus, ok_statuses=frozenset({200, 503}))
@@ -208,6 +233,9 @@ class _ClientBase(Generic[HttpT]):
         retry: which calls are sent again, how often and after how long (default
             `RetryPolicy()`: 2 retries, server hints up to 5 s).
         http_client: an existing httpx client to use (not closed by this client).
+        deadline_s: each attempt of a step or budget change must apply within this many
+            seconds of being sent, or never (`X-Request-Deadline`; the clocks of client and
+            store must agree to well within it). None: no deadline.
     """
 
     def __init__(
@@ -218,9 +246,11 @@ class _ClientBase(Generic[HttpT]):
         timeout: float | httpx.Timeout = 10.0,
         retry: RetryPolicy | None = None,
         http_client: HttpT | None = None,
+        deadline_s: float | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.retry = retry if retry is not None else RetryPolicy()
+        self.deadline_s = deadline_s
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._owns_http = http_client is None
         self._http: HttpT = http_client if http_client is not None else self._new_http(timeout)
@@ -230,7 +260,17 @@ class _ClientBase(Generic[HttpT]):
 
     def _build(self, call: _Call[Any]) -> httpx.Request:
         url = self.base_url + call.path
-        return self._http.build_request(call.method, url, json=call.body, headers=self._headers)
+        headers = self._headers
+        if call.change:  # built per attempt: each carries its own deadline
+            headers = headers | self._preconditions(call.revision)
+        return self._http.build_request(call.method, url, json=call.body, headers=headers)
+
+    def _preconditions(self, revision: int | None) -> dict[str, str]:
+        """The headers of a change's preconditions: the revision it requires, its deadline."""
+        headers = {} if revision is None else {"If-Match": f'"{revision}"'}
+        if self.deadline_s is not None:
+            headers["X-Request-Deadline"] = f"{time.time() + self.deadline_s:.6f}"
+        return headers
 
     def _answer(self, call: _Call[ResponseT], attempt: int, outcome: Outcome) -> ResponseT | float:
         """The parsed answer, or the seconds to wait before sending `call` again (attempt
@@ -309,10 +349,13 @@ class PolicyClient(_ClientBase[httpx.Client]):
         cost: float,
         *,
         step: int | None = None,
+        revision: int | None = None,
     ) -> StepResponse:
         """`POST /v1/episodes/{id}/step`; with `step` (this observation's index) it is
-        repeatable, so it is also retried when no answer came back."""
-        return self._send(_step_call(episode_id, observation, reward, cost, step))
+        repeatable, so it is also retried when no answer came back. With `revision` (an
+        earlier answer's) it applies only if the episode is still at that revision."""
+        call = _step_call(episode_id, observation, (reward, cost), step, revision)
+        return self._send(call)
 
     def update_budget(
         self,
@@ -322,10 +365,12 @@ class PolicyClient(_ClientBase[httpx.Client]):
         remaining_cost: float | None = None,
         target_reward: float | None = None,
         remaining_reward: float | None = None,
+        revision: int | None = None,
     ) -> EpisodePublic:
-        """`PATCH /v1/episodes/{id}/budget`: change the cost limit or reward target."""
+        """`PATCH /v1/episodes/{id}/budget`: change the cost limit or reward target (with
+        `revision`, only if the episode is still at that revision)."""
         budgets = (cost_limit, remaining_cost, target_reward, remaining_reward)
-        return self._send(_budget_call(episode_id, *budgets))
+        return self._send(_budget_call(episode_id, budgets, revision))
 
     def get_episode(self, episode_id: str) -> EpisodePublic:
         """`GET /v1/episodes/{id}`: state and totals."""
@@ -403,10 +448,13 @@ class AsyncPolicyClient(_ClientBase[httpx.AsyncClient]):
         cost: float,
         *,
         step: int | None = None,
+        revision: int | None = None,
     ) -> StepResponse:
         """`POST /v1/episodes/{id}/step`; with `step` (this observation's index) it is
-        repeatable, so it is also retried when no answer came back."""
-        return await self._send(_step_call(episode_id, observation, reward, cost, step))
+        repeatable, so it is also retried when no answer came back. With `revision` (an
+        earlier answer's) it applies only if the episode is still at that revision."""
+        call = _step_call(episode_id, observation, (reward, cost), step, revision)
+        return await self._send(call)
 
     async def update_budget(
         self,
@@ -416,10 +464,12 @@ class AsyncPolicyClient(_ClientBase[httpx.AsyncClient]):
         remaining_cost: float | None = None,
         target_reward: float | None = None,
         remaining_reward: float | None = None,
+        revision: int | None = None,
     ) -> EpisodePublic:
-        """`PATCH /v1/episodes/{id}/budget`: change the cost limit or reward target."""
+        """`PATCH /v1/episodes/{id}/budget`: change the cost limit or reward target (with
+        `revision`, only if the episode is still at that revision)."""
         budgets = (cost_limit, remaining_cost, target_reward, remaining_reward)
-        return await self._send(_budget_call(episode_id, *budgets))
+        return await self._send(_budget_call(episode_id, budgets, revision))
 
     async def get_episode(self, episode_id: str) -> EpisodePublic:
         """`GET /v1/episodes/{id}`: state and totals."""

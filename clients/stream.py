@@ -11,6 +11,10 @@ after that many seconds as `clients.retry.RetryPolicy` allows (409 `episode_busy
 for a numbered step). Other refusals raise the same `PolicyClientError` subclasses as the REST
 client; a closed socket raises `StreamClosedError` with the close code (1008 bad frame or token,
 1009 frame too big, 1011 server error).
+
+As with the REST client, a step or budget change may name the episode's `revision` (it applies
+only to that revision, else `PreconditionFailedError`), and with `deadline_s` every such frame
+carries a `deadline` that many seconds after it is sent, after which no replica applies it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import SupportsFloat, TypeVar
@@ -71,11 +76,17 @@ class StreamClient:
     """Request/reply calls over one open websocket; create it with `connect_stream`."""
 
     def __init__(
-        self, connection: ClientConnection, reply_timeout: float, retry: RetryPolicy
+        self,
+        connection: ClientConnection,
+        reply_timeout: float,
+        retry: RetryPolicy,
+        deadline_s: float | None = None,
     ) -> None:
         self._connection = connection
         self._reply_timeout = reply_timeout
         self._retry = retry
+        self.deadline_s = deadline_s
+        """Seconds after sending a step or budget frame past which no replica applies it."""
         self._pending: dict[str, asyncio.Future[Reply]] = {}
         self._request_ids = (str(number) for number in itertools.count(1))
         self._last_error: StreamError | None = None
@@ -118,10 +129,12 @@ class StreamClient:
         cost: float,
         *,
         step: int | None = None,
+        revision: int | None = None,
     ) -> StepResponse:
         """`step`: report the env's reward, cost and next observation; returns the next action.
 
-        With `step` (this observation's index) it is repeatable: retried after a 503 too."""
+        With `step` (this observation's index) it is repeatable: retried after a 503 too. With
+        `revision` (an earlier answer's) it applies only if the episode is still at it."""
         values = [float(value) for value in observation]
         return await self._call(
             lambda request_id: StreamStep(
@@ -132,6 +145,8 @@ class StreamClient:
                 reward=reward,
                 cost=cost,
                 step=step,
+                revision=revision,
+                deadline=self._deadline(),
             ),
             StepResponse,
             repeatable=step is not None,
@@ -145,8 +160,10 @@ class StreamClient:
         remaining_cost: float | None = None,
         target_reward: float | None = None,
         remaining_reward: float | None = None,
+        revision: int | None = None,
     ) -> EpisodePublic:
-        """`budget`: change the cost limit or reward target; returns the episode's state."""
+        """`budget`: change the cost limit or reward target (with `revision`, only if the
+        episode is still at it); returns the episode's state."""
         return await self._call(
             lambda request_id: StreamBudget(
                 type="budget",
@@ -156,6 +173,8 @@ class StreamClient:
                 remaining_cost=remaining_cost,
                 target_reward=target_reward,
                 remaining_reward=remaining_reward,
+                revision=revision,
+                deadline=self._deadline(),
             ),
             EpisodePublic,
         )
@@ -166,6 +185,10 @@ class StreamClient:
             lambda request_id: StreamEnd(type="end", request_id=request_id, episode_id=episode_id),
             EpisodeSummary,
         )
+
+    def _deadline(self) -> float | None:
+        """A frame's deadline, counted from now (frames are built per attempt)."""
+        return None if self.deadline_s is None else time.time() + self.deadline_s
 
     async def close(self) -> None:
         """Close the socket (1000) and stop reading."""
@@ -251,6 +274,7 @@ async def connect_stream(
     open_timeout: float = 10.0,
     reply_timeout: float = 10.0,
     retry: RetryPolicy | None = None,
+    deadline_s: float | None = None,
 ) -> AsyncIterator[StreamClient]:
     """Open `WS /v1/stream` and yield a `StreamClient`; the socket closes on exit.
 
@@ -260,6 +284,9 @@ async def connect_stream(
         open_timeout: seconds to connect.
         reply_timeout: seconds to wait for each reply.
         retry: which refused frames are sent again, how often (default `RetryPolicy()`).
+        deadline_s: each step or budget frame applies within this many seconds of being
+            sent, or never (at most `reply_timeout`: a frame that got no reply in time is
+            then never applied later). None: no deadline.
     """
     headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
@@ -268,7 +295,8 @@ async def connect_stream(
         )
     except (OSError, TimeoutError) as error:
         raise ServiceUnreachableError(f"cannot open {stream_url(base_url)}: {error!r}") from error
-    client = StreamClient(connection, reply_timeout, retry if retry is not None else RetryPolicy())
+    retry = retry if retry is not None else RetryPolicy()
+    client = StreamClient(connection, reply_timeout, retry, deadline_s)
     try:
         yield client
     finally:

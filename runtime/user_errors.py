@@ -3,13 +3,14 @@
 A `UserError` names what is wrong with the input (a bad value, a missing or corrupt file, an
 output that would replace earlier work) in one line; the command stops before writing anything.
 Everything else that escapes a command is our own bug and keeps its traceback.
-`cdt_cli` applies `exit_on_user_errors` to every subcommand; each command's `main` may apply it
-too (`python -m training.export ...` answers the same way).
+`cdt_cli` applies the same rule to every subcommand; each command's `main` applies
+`exit_on_user_errors` too (`python -m training.export_cli ...` answers the same way).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import sys
 from collections.abc import Callable
 from typing import NoReturn, ParamSpec, TypeVar
@@ -63,30 +64,58 @@ def stop(prog: str, message: BaseException | str) -> NoReturn:
     raise SystemExit(USER_ERROR_EXIT)
 
 
+ErrorType = type[Exception] | str
+"""A library's user-facing error class, or its dotted name ("package.module.Name"). A name is
+looked up only once an error is caught, among the modules loaded by then, so naming an error of
+a torch module imports no torch before a command has parsed its arguments (`--help` stays fast)."""
+
+
+def user_error_types(*error_types: ErrorType) -> tuple[type[Exception], ...]:
+    """`UserError` and each of `error_types` that is loaded (an error whose module was never
+    imported cannot have been raised)."""
+    found: list[type[Exception]] = [UserError]
+    for named in error_types:
+        kind: object = named
+        if isinstance(named, str):
+            module, _, name = named.rpartition(".")
+            kind = getattr(sys.modules.get(module), name, None)
+        if isinstance(kind, type) and issubclass(kind, Exception):
+            found.append(kind)
+    return tuple(found)
+
+
 def exit_on_user_errors(
-    prog: str, *error_types: type[Exception]
+    prog: str, *error_types: ErrorType
 ) -> Callable[[Callable[Params, Result]], Callable[Params, Result]]:
     """Decorate a command's `main`: a `UserError` (or one of `error_types`, the user-facing
     errors of libraries the command calls) and a missing optional dependency each become one
     line and exit code 2; any other exception keeps its traceback."""
-    caught: tuple[type[Exception], ...] = (UserError, *error_types)
 
     def decorate(main: Callable[Params, Result]) -> Callable[Params, Result]:
         @functools.wraps(main)
         def run(*args: Params.args, **kwargs: Params.kwargs) -> Result:
             try:
                 return main(*args, **kwargs)
-            except caught as error:
-                stop(prog, error)
             except ModuleNotFoundError as error:
                 extra = missing_extra(error)
                 if extra is None:
                     raise
                 stop(prog, install_hint(error.name or "", extra))
+            except Exception as error:
+                if isinstance(error, user_error_types(*error_types)):
+                    stop(prog, error)
+                raise
 
         return run
 
     return decorate
+
+
+def require(module: str) -> None:
+    """Raise now the `ModuleNotFoundError` a late import of `module` would raise after the work
+    (a command reports it as the extra to install), when this install lacks it."""
+    if importlib.util.find_spec(module) is None:
+        raise ModuleNotFoundError(f"No module named {module!r}", name=module)
 
 
 def install_hint(module: str, extra: str) -> str:

@@ -10,7 +10,7 @@ import hashlib
 import hmac
 from typing import Annotated
 
-from fastapi import Depends
+from fastapi import Depends, Header
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.requests import HTTPConnection
 
@@ -18,7 +18,9 @@ from service.config import Settings
 from service.episodes import EpisodeService
 from service.errors import ForbiddenError, UnauthorizedError
 from service.metrics import Metrics
+from service.preconditions import Precondition, parse_if_match
 from service.repository import ModelRepository
+from service.schemas import MAX_UNIX_TIME
 
 bearer_scheme = HTTPBearer(auto_error=False, description="one of the tokens in CDT_API_TOKENS")
 
@@ -56,7 +58,28 @@ async def get_metrics(connection: HTTPConnection) -> Metrics:
     return service.metrics
 
 
+async def get_precondition(
+    if_match: Annotated[
+        str | None,
+        Header(description='the revision (ETag) the change was decided on, e.g. "7"'),
+    ] = None,
+    deadline: Annotated[
+        float | None,
+        Header(
+            alias="X-Request-Deadline",
+            gt=0.0,
+            le=MAX_UNIX_TIME,
+            allow_inf_nan=False,
+            description="unix time (s) after which no replica applies the change",
+        ),
+    ] = None,
+) -> Precondition | None:
+    """A change's optional preconditions (`service.preconditions`), from its headers."""
+    return Precondition.of(parse_if_match(if_match), deadline)
+
+
 EpisodeServiceDep = Annotated[EpisodeService, Depends(get_service)]
+PreconditionDep = Annotated[Precondition | None, Depends(get_precondition)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RepositoryDep = Annotated[ModelRepository, Depends(get_repository)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]

@@ -219,6 +219,7 @@ def step_response(record: EpisodeRecord, card: ModelCard, reply: type[Reply]) ->
         budget_guard=record.budget_guard,
         guarded=record.guard_action is not GuardAction.NONE,
         guard_action=record.guard_action.value,
+        revision=record.revision,
     )
 
 
@@ -246,6 +247,7 @@ def episode_public(
         warnings=card.budget_warnings(context.target_cost) if card is not None else [],
         budget_guard=record.budget_guard,
         guarded_steps=record.guard_tally.guarded_steps,
+        revision=record.revision,
     )
 
 

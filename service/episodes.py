@@ -37,6 +37,7 @@ from service.episode_state import (
 from service.errors import EpisodeGoneError
 from service.inference import Inference, PendingAction
 from service.metrics import Metrics
+from service.preconditions import Precondition
 from service.repository import ModelRepository
 from service.schemas import (
     MAX_SEED,
@@ -104,19 +105,31 @@ class EpisodeService:
         self._observe_step(record, "start", started)
         return step_response(record, policy.card, reply)
 
-    async def step(self, episode_id: str, request: StepRequest, *, reply: type[Reply]) -> Reply:
+    async def step(
+        self,
+        episode_id: str,
+        request: StepRequest,
+        *,
+        reply: type[Reply],
+        precondition: Precondition | None = None,
+    ) -> Reply:
         """Subtract the env's reward and cost, append the observation, return the next action
-        as `reply`."""
+        as `reply`. A retry of the last step changes nothing, so its `precondition` is not
+        checked: it gets the recorded action."""
         stepped = partial(self._stepped, request=request)
         started = time.perf_counter()
-        record = await self.inference.mutate(episode_id, self.owner, stepped)
+        record = await self.inference.mutate(episode_id, self.owner, stepped, precondition)
         self._observe_step(record, "step", started)
         return step_response(record, self._policy(record).card, reply)
 
-    async def update_budget(self, episode_id: str, request: BudgetUpdate) -> EpisodePublic:
-        """Change the budgets; the whole cost-to-go window is rewritten consistently."""
+    async def update_budget(
+        self, episode_id: str, request: BudgetUpdate, precondition: Precondition | None = None
+    ) -> EpisodePublic:
+        """Change the budgets, if `precondition` holds; the whole cost-to-go window is
+        rewritten consistently."""
         rebudgeted = partial(self._rebudgeted, request=request)
-        return self._public(await self.inference.mutate(episode_id, self.owner, rebudgeted))
+        changed = await self.inference.mutate(episode_id, self.owner, rebudgeted, precondition)
+        return self._public(changed)
 
     async def describe(self, episode_id: str) -> EpisodePublic:
         """State and totals of a live episode."""

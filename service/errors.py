@@ -80,6 +80,30 @@ class StepConflictError(ServiceError):
     code = "step_conflict"
 
 
+class RevisionMismatchError(ServiceError):
+    """The change was decided on another revision of the episode than the stored one (412):
+    nothing was changed; read the episode again before deciding. `revision` is the stored one
+    (REST: also the answer's `ETag`; `service.preconditions`)."""
+
+    status_code = 412
+    code = "revision_mismatch"
+
+    def __init__(self, detail: str, *, revision: int) -> None:
+        super().__init__(detail, "revision")
+        self.revision = revision
+
+    def headers(self) -> dict[str, str]:
+        """`ETag`: the stored revision, as `service.preconditions.etag` writes it."""
+        return {"ETag": f'"{self.revision}"'}
+
+
+class DeadlinePassedError(ServiceError):
+    """The request's deadline passed before it could be applied (412): nothing was changed."""
+
+    status_code = 412
+    code = "deadline_passed"
+
+
 class EpisodeBusyError(ServiceError):
     """Another request held the episode for longer than the lock wait (409, retryable)."""
 

@@ -19,7 +19,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from starlette.concurrency import run_in_threadpool
@@ -40,6 +40,7 @@ from service.episode_state import (
 from service.errors import ModelError, PolicyOutputError
 from service.locks import LoopLocks, poll_pauses
 from service.metrics import Metrics
+from service.preconditions import Precondition
 from service.stores.base import Claim, Claimed, SessionStore
 from service.stores.memory import InMemorySessionStore
 
@@ -88,6 +89,8 @@ class Mutation:
     episode_id: str
     owner: str
     plan: Plan
+    precondition: Precondition | None = None
+    """What the store must find when it writes the change (`service.preconditions`)."""
 
 
 @dataclass(frozen=True)
@@ -134,11 +137,14 @@ class Inference:
         assert answer is not None  # a new episode has no lock to wait for
         return answer
 
-    async def mutate(self, episode_id: str, owner: str, plan: Plan) -> EpisodeRecord:
-        """Apply `plan` to the episode under its lock, forward pass included; the stored record."""
+    async def mutate(
+        self, episode_id: str, owner: str, plan: Plan, precondition: Precondition | None = None
+    ) -> EpisodeRecord:
+        """Apply `plan` to the episode under its lock, forward pass included, if `precondition`
+        holds when it is written; the stored record."""
         async with self._locks.hold(episode_id, self._lock_wait_s):
             deadline = time.monotonic() + self._lock_wait_s
-            mutation = Mutation(episode_id, owner, plan)
+            mutation = Mutation(episode_id, owner, plan, precondition)
             pauses: Iterator[float] | None = None  # made only when another replica holds it
             while (answer := await self.batcher.submit(mutation)) is None:
                 pauses = pauses or poll_pauses(episode_id, self._lock_wait_s, deadline)
@@ -211,6 +217,8 @@ class Inference:
             if not isinstance(claim, Claim):
                 answers[i] = claim  # 404, 410, or None: held elsewhere
                 continue
+            if mutation.precondition is not None:  # checked by the store as it writes
+                claim = replace(claim, precondition=mutation.precondition)
             held[i] = claim
             try:
                 planned[i] = mutation.plan(claim.record)

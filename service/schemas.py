@@ -17,6 +17,8 @@ MAX_ABS_VALUE = 1e9
 MAX_OBSERVATION_DIM = 4096
 MAX_SEED = 2**53 - 1
 """Seeds stay exact in JSON numbers (float64) and in JavaScript clients."""
+MAX_UNIX_TIME = 1e10
+"""Latest deadline accepted (unix seconds, the year 2286)."""
 
 FiniteFloat = Annotated[float, Field(ge=-MAX_ABS_VALUE, le=MAX_ABS_VALUE, allow_inf_nan=False)]
 NonNegativeFloat = Annotated[float, Field(ge=0.0, le=MAX_ABS_VALUE, allow_inf_nan=False)]
@@ -43,6 +45,12 @@ def _integral_float_to_int(value: object) -> object:
 # constraints before the validator, or pydantic writes `ge`/`le` instead of minimum/maximum
 StepIndex = Annotated[int, Field(ge=0, le=2**31 - 1), BeforeValidator(_integral_float_to_int)]
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED), BeforeValidator(_integral_float_to_int)]
+Revision = Annotated[int, Field(ge=0, le=2**63 - 1), BeforeValidator(_integral_float_to_int)]
+Deadline = Annotated[float, Field(gt=0.0, le=MAX_UNIX_TIME, allow_inf_nan=False)]
+REVISION_DOC = (
+    "the episode's revision this answer leaves it at; a step or budget change that sends it "
+    "back (REST If-Match, a frame's revision) applies only to this revision"
+)
 
 
 class WireModel(BaseModel):
@@ -181,6 +189,7 @@ class StepResponse(WireModel):
         description="how: less_noise (sampling noise scaled down), mean_action, or fallback "
         "(the model card's fallback, by default the model fed cost-to-go 0, mean action)",
     )
+    revision: int | None = Field(default=None, description=REVISION_DOC)
 
 
 class EpisodePublic(WireModel):
@@ -204,6 +213,7 @@ class EpisodePublic(WireModel):
     warnings: list[str] = Field(default_factory=list)
     budget_guard: bool = True
     guarded_steps: int = Field(default=0, description="actions the budget guard changed so far")
+    revision: int | None = Field(default=None, description=REVISION_DOC)
 
 
 class EpisodeSummary(WireModel):
@@ -287,7 +297,22 @@ class StreamStart(EpisodeCreate):
     request_id: RequestId | None = None
 
 
-class StreamStep(StepRequest):
+class ConditionalChange(RequestModel):
+    """The optional preconditions of a websocket change (REST sends them as headers)."""
+
+    revision: Revision | None = Field(
+        default=None,
+        description="apply only if the episode is still at this revision (an answer's "
+        "revision), else 412 revision_mismatch; a retried step gets its action regardless",
+    )
+    deadline: Deadline | None = Field(
+        default=None,
+        description="unix time (s) after which no replica applies this frame (412 "
+        "deadline_passed), on the store's clock",
+    )
+
+
+class StreamStep(StepRequest, ConditionalChange):
     """`step`: advance an episode."""
 
     type: Literal["step"]
@@ -295,7 +320,7 @@ class StreamStep(StepRequest):
     request_id: RequestId | None = None
 
 
-class StreamBudget(BudgetUpdate):
+class StreamBudget(BudgetUpdate, ConditionalChange):
     """`budget`: change an episode's budgets."""
 
     type: Literal["budget"]
@@ -349,6 +374,9 @@ class StreamError(ErrorResponse):
         default=None,
         description="seconds to wait before sending the frame again (the REST answer's "
         "Retry-After: episode_busy, 429, 503); null when retrying cannot help",
+    )
+    revision: int | None = Field(
+        default=None, description="on revision_mismatch, the episode's revision now"
     )
     request_id: str | None = None
     episode_id: str | None = None

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import cdt_cli
-from training.export import main as export_main
+from training.export_cli import main as export_main
 
 
 def test_cli_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -233,6 +233,19 @@ def test_cli_user_errors_are_one_line_exit_2_and_write_nothing(
     assert _files(inputs) == before  # nothing written, nothing half-written
 
 
+def test_cli_sweeps_without_matplotlib_says_so_before_any_episode(
+    inputs: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(inputs)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as after the README's main install
+    before = _files(inputs)
+    with pytest.raises(SystemExit) as exit_info:
+        cdt_cli.main(["sweeps", str(inputs / "model")])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith("cdt sweeps: needs matplotlib, from the [train]")
+    assert _files(inputs) == before
+
+
 BLOCKED = ("torch", "h5py", "tyro", "onnx", "onnxscript", "matplotlib", "tensorboard")
 HELP_WITHOUT_TRAIN_EXTRA = """
 import contextlib, io, json, sys, traceback
@@ -271,8 +284,40 @@ def test_cli_every_help_answers_without_the_train_extra() -> None:
         else:
             assert exit_code == 2 and err.count("\n") == 1, (command, err)
             assert err.startswith(f"cdt {command}: needs ") and "pip install -e '.[train]'" in err
-    for served in ("serve", "rollout", "evaluate", "calibrate"):  # they need no torch
+    # their parsers need none of the [train] extra (tyro's commands do)
+    for served in ("serve", "rollout", "evaluate", "calibrate", "dataset", "select", "sweeps"):
         assert answers[served][0] in (0, None), served
+
+
+HEAVY = ("torch", "onnx", "h5py", "matplotlib", "pybullet", "gymnasium")
+PARSE_ONLY = """
+import contextlib, io, json, sys
+import cdt_cli
+loaded = {{}}
+for argv in {argvs}:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            cdt_cli.main(argv)
+        except SystemExit:
+            pass
+    loaded[" ".join(argv)] = sorted(set({heavy}) & set(sys.modules))
+print(json.dumps(loaded))
+"""
+
+
+def test_cli_help_and_a_bad_option_import_no_heavy_module() -> None:
+    """`--help` and a mistake answer in well under a second (issue 31): torch, onnx, h5py,
+    matplotlib and the simulator load only once a command runs. One process for every command:
+    the first that loads one is named."""
+    argvs = [[name, flag] for name in cdt_cli.SUBCOMMANDS for flag in ("--help", "--no-such-flag")]
+    argvs.append(["train", "--algo", "bc-safe", "--help"])
+    code = PARSE_ONLY.format(argvs=argvs, heavy=HEAVY)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    loaded = json.loads(result.stdout)
+    assert len(loaded) == len(argvs)
+    assert next(((argv, modules) for argv, modules in loaded.items() if modules), None) is None
 
 
 def test_cli_a_missing_extra_is_named_and_our_own_bugs_keep_their_traceback(

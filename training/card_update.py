@@ -17,6 +17,7 @@ from runtime.card import CARD_FILE, read_card, update_card
 from runtime.evaluation_protocol import action_mode
 from runtime.files import check_writable
 from runtime.user_errors import exit_on_user_errors
+from training.data.dataset import load_dataset
 from training.data.frontiers import derive_default_targets
 
 
@@ -91,9 +92,6 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     """`python -m training.card_update MODEL_DIR --dataset FILE`: record default targets."""
     args = _parser().parse_args(argv)
-    # Deferred on purpose (h5py): `cdt evaluate` and `cdt sweeps` import this module too.
-    from training.data.dataset import load_dataset
-
     read_card(args.model_dir)  # a missing or broken card: one line, before the dataset loads
     check_writable(args.model_dir / CARD_FILE)
     dataset = load_dataset(args.dataset)

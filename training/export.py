@@ -1,4 +1,4 @@
-"""`cdt export CHECKPOINT --out models/NAME/`: the ONNX policy plus its model card.
+"""The ONNX policy plus its model card, from a training checkpoint (`cdt export`: export_cli.py).
 
 The graph follows docs/ARTIFACT.md: raw env-unit inputs, a fixed context length K with a padding
 mask, a dynamic batch axis, and (action_mean, action_log_std) for the newest step in env units.
@@ -10,24 +10,20 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import sys
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import onnx
 import torch
-import tyro
 from torch import nn
 
-from runtime.card import CARD_FILE, write_card
+from runtime.card import write_card
 from runtime.context import WINDOW_NAMES
-from runtime.files import check_writable, refuse_overwrite, staged_files, write_atomic
+from runtime.files import staged_files, write_atomic
 from runtime.policy import ONNX_FILE, OUTPUT_NAMES
-from runtime.user_errors import UserError, exit_on_user_errors
 from training.data.windows import NormalisationStats
-from training.learn.checkpoint import CheckpointError, load_checkpoint
+from training.learn.checkpoint import load_checkpoint
 from training.learn.model import ConstrainedDecisionTransformer, ModelConfig
 from training.provenance import git_commit
 
@@ -238,44 +234,3 @@ def quiet_exporter_logs() -> None:
     """Silence the exporter's harmless notes (constant folding, torchvision ops we never use)."""
     logging.getLogger("onnxscript").setLevel(logging.ERROR)
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
-
-
-@dataclass(frozen=True)
-class ExportArgs:
-    """Export a training checkpoint as an ONNX policy with its model card."""
-
-    checkpoint: Annotated[Path, tyro.conf.Positional]
-    """Checkpoint written by `cdt train` (e.g. runs/NAME/last.pt or best.pt)."""
-    out: Path
-    """Output folder, e.g. models/my-carrun/ (created if missing)."""
-    force: bool = False
-    """replace the model in `out` when it holds one already (a shipped model, say)."""
-    name: str | None = None
-    """Model name in the card; defaults to the output folder's name."""
-    version: str | None = None
-    """Version string in the card; defaults to `<date>.<training step>`."""
-
-
-def check_export(args: ExportArgs) -> None:
-    """Before any work: the checkpoint is there, the folder writable, no model replaced unasked."""
-    if not args.checkpoint.is_file():
-        raise UserError(f"{args.checkpoint}: no such checkpoint")
-    check_writable(args.out, folder=True, option="--out")
-    hint = "export to another --out, or pass --force to replace that model"
-    refuse_overwrite([args.out / ONNX_FILE, args.out / CARD_FILE], args.force, hint)
-
-
-@exit_on_user_errors("cdt export", CheckpointError)
-def main(argv: list[str] | None = None) -> None:
-    """`cdt export CHECKPOINT --out models/NAME/`."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("training").setLevel(logging.INFO)
-    quiet_exporter_logs()
-    args = tyro.cli(ExportArgs, args=sys.argv[1:] if argv is None else argv, prog="cdt export")
-    check_export(args)
-    out_dir = export_checkpoint(args.checkpoint, args.out, args.name, args.version)
-    print(f"exported: {out_dir / ONNX_FILE} and {out_dir / CARD_FILE}")
-
-
-if __name__ == "__main__":
-    main()

@@ -26,24 +26,17 @@ import tyro
 
 from runtime.arguments import AT_LEAST_0, AT_LEAST_1, unmet
 from runtime.card import CARD_FILE, read_card
-from runtime.evaluation_protocol import SelectionRule
+from runtime.evaluation_protocol import SELECTION_BUDGET_SCALES, SelectionRule
 from runtime.files import check_writable, write_atomic
 from runtime.policy import ONNX_FILE
 from runtime.sim import check_task
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.card_update import record_evaluation
 from training.collect.cli import CollectConfig
-from training.collect.cli import finalize as finalize_dataset
-from training.collect.cli import learn as collect_rollouts
 from training.data.dataset import load_dataset
 from training.evaluation.calibrate import CALIBRATIONS, calibrate_model
 from training.evaluation.evaluate import evaluate_protocol, write_report
-from training.evaluation.select_checkpoint import BUDGET_SCALES, select_best
-from training.export import export_checkpoint, quiet_exporter_logs
-from training.learn.checkpoint import load_checkpoint
 from training.learn.config import PRESETS, parse_config
-from training.learn.train import cpu_has_native_bf16
-from training.learn.train import train as train_run
 from training.ledger import cpu_name
 from training.train_cli import check_config, check_device
 
@@ -153,6 +146,9 @@ class PipelineConfig:
         args += ["--batch-size", str(batch_size)] if batch_size else []
         # bf16 halves the paper model's CPU step where the CPU multiplies bf16 natively (else it is
         # ~10x slower); the `cpu` preset's narrow model runs 2-3x slower with it either way.
+        # The training loop imports torch (~2 s): only now, after parsing.
+        from training.learn.train import cpu_has_native_bf16
+
         native = self.preset == "paper" and cpu_has_native_bf16()
         args += ["--bf16"] if self.on_gpu or native else []
         return args
@@ -197,7 +193,11 @@ class PipelineConfig:
         return Path("reports") / self.model_name / "evaluation_protocol.json"
 
 
+# The stages import their engines when they run: torch, onnx and the simulator take ~2 s to import,
+# and `--help`, a mistake or a skipped stage needs none of them.
 def collect(config: PipelineConfig) -> None:
+    from training.collect.collection import finalize, learn
+
     collect_config = CollectConfig(task=config.task, out=config.dataset_path)
     if config.smoke:  # one short epoch in the run's folder: the stage runs, nothing is learnt
         collect_config = dataclasses.replace(
@@ -207,11 +207,13 @@ def collect(config: PipelineConfig) -> None:
             steps_per_epoch=1_000,
             num_envs=2,
         )
-    collect_rollouts(collect_config)
-    finalize_dataset(collect_config)
+    learn(collect_config)
+    finalize(collect_config)
 
 
 def train(config: PipelineConfig) -> None:
+    from training.learn.train import train as train_run
+
     args = ["--dataset", str(config.dataset_path), *config.training_args()]
     args += ["--eval-every", "0", "--checkpoint-every", str(config.checkpoint_every)]
     args += ["--keep-checkpoints"]
@@ -222,12 +224,16 @@ def train(config: PipelineConfig) -> None:
 
 
 def select(config: PipelineConfig) -> None:
+    from training.evaluation.select_checkpoint import select_best
+
     episodes = 1 if config.smoke else None
-    scales = (1.0,) if config.smoke else BUDGET_SCALES
+    scales = (1.0,) if config.smoke else SELECTION_BUDGET_SCALES
     select_best(config.run_dir, SelectionRule(), config.first_selected_step, scales, episodes)
 
 
 def export(config: PipelineConfig) -> None:
+    from training.export import export_checkpoint, quiet_exporter_logs
+
     quiet_exporter_logs()
     export_checkpoint(config.run_dir / "best.pt", config.model_dir, config.model_name)
 
@@ -264,6 +270,8 @@ def evaluate(config: PipelineConfig) -> None:
 
 def _trained(config: PipelineConfig) -> bool:
     """Has the run reached its step total? (Its .json beside last.pt holds no step.)"""
+    from training.learn.checkpoint import load_checkpoint
+
     last = config.run_dir / "last.pt"
     return last.is_file() and int(load_checkpoint(last)["step"]) >= config.steps
 

@@ -27,6 +27,7 @@ from runtime.arguments import (
     unmet,
 )
 from runtime.user_errors import UserError, exit_on_user_errors
+from training.data.dataset import read_task
 from training.learn.config import ConfigError, TrainConfig, parse_config
 from training.ledger import LedgerEntry, record
 
@@ -98,8 +99,6 @@ def check_run_dir(config: TrainConfig) -> None:
     """Refuse to start a new run (no --resume) in a folder that holds an earlier one."""
     if config.resume is not None:
         return
-    from training.data.dataset import read_task  # deferred on purpose: h5py
-
     run_dir = config.run_dir(read_task(config.dataset))
     if run_dir.is_dir() and any(run_dir.iterdir()):
         raise UserError(
@@ -116,8 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     config = parse_config(sys.argv[1:] if argv is None else argv)
     check_config(config)
     check_run_dir(config)
-    # Deferred on purpose: these import torch and h5py (seconds), which parsing never needs.
-    from training.data.dataset import read_task
+    # Deferred on purpose: these import torch (seconds), which parsing never needs.
     from training.evaluation.checkpoint_scores import score_in_training
     from training.learn.checkpoint import CheckpointError
     from training.learn.interrupt import TrainingInterrupted

@@ -27,7 +27,8 @@ from pydantic import BaseModel, ValidationError
 
 from service.deps import EpisodeServiceDep, token_accepted, websocket_token
 from service.episodes import EpisodeService
-from service.errors import ServiceError, SocketEpisodeLimitError
+from service.errors import RevisionMismatchError, ServiceError, SocketEpisodeLimitError
+from service.preconditions import Precondition
 from service.schemas import (
     StreamAction,
     StreamBudget,
@@ -115,6 +116,8 @@ async def handle_frame(
         service.metrics.errors.labels(refused.code).inc()
         error = _error(refused.status_code, refused.code, refused.detail, refused.field)
         error.retry_after = refused.retry_after  # the REST answer's Retry-After
+        if isinstance(refused, RevisionMismatchError):  # the REST answer's ETag
+            error.revision = refused.revision
         error.request_id = message.request_id
         error.episode_id = getattr(message, "episode_id", None)
         return error, False
@@ -139,8 +142,11 @@ async def dispatch(message: Inbound, service: EpisodeService, started: set[str])
     """Run one validated frame against the episode service; `started`: as `handle_frame`."""
     request_id = message.request_id
     if isinstance(message, StreamStep):  # most frames are steps: tested first
+        precondition = Precondition.of(message.revision, message.deadline)
         with service.timed("ws", "step"):
-            action = await service.step(message.episode_id, message, reply=StreamAction)
+            action = await service.step(
+                message.episode_id, message, reply=StreamAction, precondition=precondition
+            )
         action.request_id = request_id
         return action
     if isinstance(message, StreamStart):
@@ -155,7 +161,8 @@ async def dispatch(message: Inbound, service: EpisodeService, started: set[str])
         return action
     # validating the reply's fields costs a third of `model_construct(**dict(answer))`
     if isinstance(message, StreamBudget):
-        state = await service.update_budget(message.episode_id, message)
+        precondition = Precondition.of(message.revision, message.deadline)
+        state = await service.update_budget(message.episode_id, message, precondition)
         return StreamState(**vars(state), request_id=request_id)
     ended = await service.end(message.episode_id)
     started.discard(message.episode_id)

@@ -4,7 +4,9 @@
 `ttl_s` of no writes, ended and expired ids answer 410 for `ended_ttl_s` (404 after that), and an
 episode is visible to its owner only (404 for everyone else). A batch holds its episodes from
 `claim_many` to `commit_many` (on Redis with a lock other workers and replicas respect), so
-concurrent requests on one episode apply one after the other instead of failing.
+concurrent requests on one episode apply one after the other instead of failing. A claim's
+precondition (`service.preconditions`: the revision the change requires, its deadline) is checked
+in the same atomic step as its write.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from service.errors import (
     ServiceError,
     TooManyEpisodesError,
 )
+from service.preconditions import Precondition
 
 EvictionHook = Callable[[int], None]
 CallHook = Callable[[str, float], None]
@@ -36,6 +39,9 @@ class Claim:
     record: EpisodeRecord
     token: str = ""
     """The Redis lock's token ("" in memory, where the store keeps the held ids itself)."""
+    precondition: Precondition | None = None
+    """What the change requires; `commit_many` checks it atomically with the write and writes
+    nothing when it fails (412). Set by the caller (`dataclasses.replace`) after the claim."""
 
 
 Claimed = Claim | ServiceError | None
@@ -66,7 +72,8 @@ class SessionStore(Protocol):
 
     def commit_many(self, writes: list[tuple[Claim, EpisodeRecord]]) -> list[ServiceError | None]:
         """Store each claim's new record (or only release it when the record is the claimed one
-        itself); per claim None, or why nothing was written."""
+        itself) if the claim's precondition still holds; per claim None, or why nothing was
+        written."""
 
     def count(self) -> int:
         """Live episodes."""

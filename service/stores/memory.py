@@ -11,6 +11,7 @@ from typing import Self
 from service.config import Settings
 from service.episode_state import EpisodeRecord
 from service.errors import ServiceError
+from service.preconditions import unmet
 from service.stores.base import (
     CallHook,
     Claim,
@@ -112,8 +113,8 @@ class InMemorySessionStore:
         return claims
 
     def commit_many(self, writes: list[tuple[Claim, EpisodeRecord]]) -> list[ServiceError | None]:
-        """Store the changed records; an episode that expired or ended since its claim is not
-        revived."""
+        """Store the changed records whose preconditions hold now, under the store's lock; an
+        episode that expired or ended since its claim is not revived."""
         answers: list[ServiceError | None] = []
         with self._lock:
             self._sweep()
@@ -123,10 +124,15 @@ class InMemorySessionStore:
                     answers.append(None)
                     continue
                 try:
-                    self._get(updated.episode_id, updated.owner)
+                    stored = self._get(updated.episode_id, updated.owner)
                 except ServiceError as error:
                     answers.append(error)
                     continue
+                if claim.precondition is not None:
+                    failed = unmet(claim.precondition, stored.revision, time.time())
+                    if failed is not None:
+                        answers.append(failed)
+                        continue
                 self._write(updated)
                 answers.append(None)
         return answers

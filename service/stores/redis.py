@@ -32,6 +32,7 @@ from service.config import Settings
 from service.episode_state import EpisodeRecord
 from service.errors import ServiceError, StoreUnavailableError
 from service.locks import episode_busy, poll_pauses
+from service.preconditions import deadline_passed, revision_mismatch
 from service.stores import redis_scripts
 from service.stores.base import (
     CallHook,
@@ -63,6 +64,19 @@ PROBE_BATCH = 1_000
 def _text(reply: bytes | None) -> str:
     """A Redis string reply as text ("" for none)."""
     return reply.decode() if reply else ""
+
+
+def _condition_args(claim: Claim) -> list[str | int]:
+    """`COMMIT`'s precondition arguments: the revision required and the deadline in unix
+    microseconds ('' each when not required)."""
+    precondition = claim.precondition
+    if precondition is None:
+        return ["", ""]
+    revision, deadline = precondition.revision, precondition.deadline
+    return [
+        "" if revision is None else revision,
+        "" if deadline is None else math.floor(deadline * 1_000_000),
+    ]
 
 
 def _missing(episode_id: str, owner: str, tombstone: str) -> ServiceError:
@@ -265,7 +279,8 @@ class RedisSessionStore:
             if updated is claim.record:
                 calls.append((self._release, keys[4:], [claim.token]))
             else:
-                calls.append((self._commit, keys, [*self._write_args(updated), claim.token]))
+                args = [*self._write_args(updated), claim.token, *_condition_args(claim)]
+                calls.append((self._commit, keys, args))
         try:
             with self._guarded("commit"):
                 replies = self._pipelined(calls)
@@ -273,7 +288,7 @@ class RedisSessionStore:
             self._abandon(locks)
             raise
         return [
-            None if updated is claim.record else self._commit_error(updated, int(outcome))
+            None if updated is claim.record else self._commit_error(claim, int(outcome))
             for (claim, updated), outcome in zip(writes, replies, strict=True)
         ]
 
@@ -304,13 +319,19 @@ class RedisSessionStore:
         self._prober.close()
         self._redis.close()
 
-    def _commit_error(self, record: EpisodeRecord, outcome: int) -> ServiceError | None:
-        """Why the commit script wrote nothing, or None when it wrote `record`."""
+    def _commit_error(self, claim: Claim, outcome: int) -> ServiceError | None:
+        """Why the commit script wrote nothing for `claim`, or None when it wrote."""
+        episode_id, precondition = claim.record.episode_id, claim.precondition
+        if outcome == 1:
+            return None
         if outcome == 0:  # another request took the expired lock: nothing was written
-            return episode_busy(record.episode_id, self.lock_ttl_s)
-        if outcome < 0:  # it was there when locked: it expired during the change
-            return gone(record.episode_id, "expired")
-        return None
+            return episode_busy(episode_id, self.lock_ttl_s)
+        if outcome == -1:  # it was there when locked: it expired during the change
+            return gone(episode_id, "expired")
+        assert precondition is not None  # only its arguments make the script answer -2 or -3
+        if outcome == -2:  # the lock was held since the claim: the claimed revision is stored
+            return revision_mismatch(precondition, claim.record.revision)
+        return deadline_passed(precondition)
 
     def _unlock(self, keys: list[str], token: str) -> None:
         try:

@@ -56,12 +56,20 @@ COMMIT = (
 if redis.call('GET', KEYS[5]) ~= ARGV[8] then return 0 end
 redis.call('DEL', KEYS[5])
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if ARGV[9] ~= '' and redis.call('HGET', KEYS[1], 'revision') ~= ARGV[9] then return -2 end
+if ARGV[10] ~= '' then
+  local now = redis.call('TIME')
+  if now[1] * 1000000 + now[2] > tonumber(ARGV[10]) then return -3 end
+end
 """
     + _WRITE
     + "return 1"
 )
-"""ARGV: a write's, then the lock token. 1, or 0: the lock expired (the batch outlived
-lock_ttl_s), or -1: the episode expired meanwhile."""
+"""ARGV: a write's, then the lock token, the revision the change requires and its deadline in
+unix microseconds ('' each: none; `service.preconditions`). 1, or nothing written: 0, the lock
+expired (the batch outlived lock_ttl_s); -1, the episode expired meanwhile; -2, it is at
+another revision; -3, the deadline passed on Redis's clock (one clock for every replica, read
+at the write itself, so a replica that froze after its claim cannot apply a late change)."""
 RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 0

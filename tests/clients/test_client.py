@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 from fastapi.testclient import TestClient
@@ -15,6 +17,7 @@ from clients.client import (
     NotFoundError,
     PermissionDeniedError,
     PolicyClient,
+    PreconditionFailedError,
     ServerError,
     ServiceUnreachableError,
     TooManyEpisodesError,
@@ -39,9 +42,11 @@ class LosesFirstReply(httpx.BaseTransport):
 
     def __init__(self, app_client: TestClient, status: int | None = None) -> None:
         self.app_client, self.status, self.calls = app_client, status, 0
+        self.sent: list[httpx.Request] = []
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         self.calls += 1
+        self.sent.append(request)
         response = self.app_client.send(request)
         if self.calls == 1 and self.status is None:
             raise httpx.ReadTimeout("reply lost", request=request)
@@ -169,6 +174,55 @@ def test_client_step_without_index_is_never_retried(app_client: TestClient) -> N
                 else:
                     flaky.create_episode("toy", 1.0, 1.0, OBSERVATION)
         assert transport.calls == 1
+
+
+def test_client_change_with_a_stale_revision_raises_precondition_failed(
+    app_client: TestClient,
+) -> None:
+    with make_client(app_client) as client:
+        started = client.create_episode("toy", 50.0, 10.0, OBSERVATION)
+        episode_id, revision = started.episode_id, started.revision
+        changed = client.update_budget(episode_id, cost_limit=5.0, revision=revision)
+        with pytest.raises(PreconditionFailedError) as stale:
+            client.update_budget(episode_id, cost_limit=30.0, revision=revision)
+        assert (stale.value.status_code, stale.value.code) == (412, "revision_mismatch")
+        with pytest.raises(PreconditionFailedError):
+            client.step(episode_id, OBSERVATION, 1.0, 0.0, revision=revision)
+        stepped = client.step(episode_id, OBSERVATION, 1.0, 0.0, revision=changed.revision)
+        assert (stepped.step, stepped.revision) == (1, 2)
+        assert client.get_episode(episode_id).target_cost == 5.0
+
+
+def test_client_deadline_s_gives_every_attempt_of_a_change_a_deadline(
+    app_client: TestClient,
+) -> None:
+    with make_client(app_client) as client:
+        started = client.create_episode("toy", 50.0, 10.0, OBSERVATION, seed=3)
+    transport = LosesFirstReply(app_client)
+    with (
+        httpx.Client(transport=transport) as http,
+        PolicyClient("http://testserver", http_client=http, retry=NO_BACKOFF, deadline_s=5.0) as c,
+    ):
+        revision = started.revision
+        stepped = c.step(started.episode_id, OBSERVATION, 1.0, 1.0, step=1, revision=revision)
+        assert c.get_episode(started.episode_id).step == 1  # applied once
+    first, retry, read = transport.sent
+    for attempt in (first, retry):  # a lost answer's retry repeats the step: its action
+        assert attempt.headers["if-match"] == '"0"'
+        assert abs(float(attempt.headers["x-request-deadline"]) - (time.time() + 5.0)) < 2.0
+    assert "x-request-deadline" not in read.headers and stepped.step == 1
+
+
+def test_client_change_past_its_deadline_raises_and_changes_nothing(
+    app_client: TestClient,
+) -> None:
+    with make_client(app_client) as client:
+        episode_id = client.create_episode("toy", 50.0, 10.0, OBSERVATION).episode_id
+    with PolicyClient("http://testserver", http_client=app_client, deadline_s=-1.0) as late:
+        with pytest.raises(PreconditionFailedError) as refused:
+            late.update_budget(episode_id, cost_limit=5.0)
+        assert refused.value.code == "deadline_passed"
+        assert late.get_episode(episode_id).target_cost == 10.0
 
 
 def test_client_step_retries_a_503(app_client: TestClient) -> None:

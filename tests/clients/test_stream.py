@@ -15,6 +15,7 @@ from clients.client import (
     InvalidRequestError,
     NotFoundError,
     PolicyClient,
+    PreconditionFailedError,
     ServerError,
     ServiceUnreachableError,
 )
@@ -37,6 +38,26 @@ async def test_stream_client_runs_an_episode(live_url: str) -> None:
         assert (summary.steps, summary.total_cost) == (2, 2.0)
         with pytest.raises(EpisodeGoneError):
             await stream.step(started.episode_id, OBSERVATION, 0.0, 0.0)
+
+
+async def test_stream_client_sends_the_revision_and_the_deadline_it_is_given(
+    live_url: str,
+) -> None:
+    async with connect_stream(live_url, deadline_s=5.0) as stream:
+        started = await stream.start("toy", 50.0, 10.0, OBSERVATION)
+        episode_id, revision = started.episode_id, started.revision
+        state = await stream.update_budget(episode_id, cost_limit=5.0, revision=revision)
+        with pytest.raises(PreconditionFailedError) as stale:
+            await stream.update_budget(episode_id, cost_limit=30.0, revision=revision)
+        assert (stale.value.status_code, stale.value.code) == (412, "revision_mismatch")
+        stepped = await stream.step(episode_id, OBSERVATION, 1.0, 0.0, revision=state.revision)
+        assert (stepped.step, stepped.revision) == (1, 2)
+    async with connect_stream(live_url, deadline_s=-1.0) as late:  # every frame arrives late
+        with pytest.raises(PreconditionFailedError) as refused:
+            await late.update_budget(episode_id, cost_limit=30.0)
+        assert refused.value.code == "deadline_passed"
+    with PolicyClient(live_url) as rest:
+        assert rest.get_episode(episode_id).target_cost == 5.0
 
 
 async def test_stream_client_matches_the_rest_client(live_url: str) -> None:

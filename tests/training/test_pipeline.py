@@ -13,6 +13,8 @@ from runtime.card import read_card, update_card
 from tests.runtime.toy_env import toy_env_factory
 from tests.training.cdt_synthetic import write_dataset
 from training import pipeline
+from training.collect import collection
+from training.learn import train as training_loop
 from training.learn.interrupt import TrainingInterrupted
 from training.pipeline import PipelineConfig, run_pipeline
 
@@ -50,7 +52,7 @@ def test_pipeline_runs_missing_stages_and_skips_finished_ones(
 def test_pipeline_trains_with_the_measured_recipe_of_its_device(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(pipeline, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(training_loop, "cpu_has_native_bf16", lambda: False)
     default = PipelineConfig(task="SafetyCarRun-v0")
     assert default.training_args() == [
         "--preset", "cpu-budget", "--device", "cpu", "--update-steps", "8000",
@@ -61,7 +63,7 @@ def test_pipeline_trains_with_the_measured_recipe_of_its_device(
         "--preset", "paper", "--device", "cpu", "--update-steps", "14000", "--batch-size", "256",
     ]  # fmt: skip
     assert cpu.first_selected_step == 8_000
-    monkeypatch.setattr(pipeline, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(training_loop, "cpu_has_native_bf16", lambda: True)
     assert PipelineConfig(task="SafetyCarRun-v0", preset="paper").training_args()[-1] == "--bf16"
     assert "--bf16" not in PipelineConfig(task="SafetyCarRun-v0").training_args()
     gpu = PipelineConfig(task="SafetyCarRun-v0", preset="paper", device="cuda", update_steps=9_000)
@@ -77,8 +79,8 @@ def test_pipeline_collects_into_and_trains_on_the_dataset_it_is_given(
     given = tmp_path / "fresh" / "SafetyCarRun-v0.hdf5"
     config = PipelineConfig(task="SafetyCarRun-v0", dataset=given)
     collected: list[Path] = []
-    monkeypatch.setattr(pipeline, "collect_rollouts", lambda c: collected.append(c.output_path))
-    monkeypatch.setattr(pipeline, "finalize_dataset", lambda c: collected.append(c.output_path))
+    monkeypatch.setattr(collection, "learn", lambda c: collected.append(c.output_path))
+    monkeypatch.setattr(collection, "finalize", lambda c: collected.append(c.output_path))
     pipeline.collect(config)
     assert collected == [given, given]
     assert PipelineConfig(task="SafetyCarRun-v0").dataset_path == Path(

@@ -22,7 +22,6 @@ from runtime.files import check_writable, refuse_overwrite
 from runtime.policy import ONNX_FILE
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.baselines.config import BaselineConfig
-from training.baselines.registry import train_and_export
 from training.data.dataset import load_dataset
 
 
@@ -94,6 +93,9 @@ def main(argv: list[str] | None = None) -> None:
     check_writable(out_dir, folder=True, option="--out")
     hint = "export to another --out, or pass --force to replace that model"
     refuse_overwrite([out_dir / ONNX_FILE, out_dir / CARD_FILE], args.force, hint)
+    # Imported after parsing: the trainers load torch (~2 s), which --help never needs.
+    from training.baselines.registry import train_and_export
+
     try:
         out_dir = train_and_export(config, dataset)
     except ValueError as error:

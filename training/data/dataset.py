@@ -17,13 +17,15 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import h5py
 import numpy as np
 
 from runtime.files import write_atomic
 from runtime.user_errors import UserError
+
+if TYPE_CHECKING:
+    import h5py
 
 FLOAT_KEYS = ("observations", "next_observations", "actions", "rewards", "costs")
 COMPACT_LAYOUT = "compact"
@@ -199,6 +201,8 @@ def load_dataset(path: str | Path) -> OfflineDataset:
     Raises:
         DatasetError: the file is missing, unreadable or malformed (one-line message).
     """
+    import h5py  # here, not at the top: a command's --help needs no h5py (nor the [train] extra)
+
     path = Path(path)
     if not path.is_file():
         raise DatasetError(f"no such file: {path}")
@@ -241,6 +245,8 @@ def read_task(path: str | Path) -> str:
     Raises:
         DatasetError: the file is missing or not readable HDF5.
     """
+    import h5py  # here, not at the top: a command's --help needs no h5py (nor the [train] extra)
+
     path = Path(path)
     if not path.is_file():
         raise DatasetError(f"no such file: {path}")
@@ -269,6 +275,8 @@ def save_dataset(
     """Write episodes as a compressed DSRL HDF5 file, atomically (temp file, then rename);
     `compact` writes the compact layout (module docstring). The bytes depend only on the
     episodes and attributes, so the same data always gives the same file."""
+    import h5py  # here, not at the top: a command's --help needs no h5py (nor the [train] extra)
+
     arrays = concatenate_episodes(episodes)
     attrs = {key: value for key, value in attrs.items() if key != "layout"}
     if compact:

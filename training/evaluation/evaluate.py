@@ -3,7 +3,9 @@
 Episodes run through the one episode loop (`runtime.episodes.run_episodes`) with the service's
 own forward pass (`runtime.policy.Policy`), so what is measured is what is served. Episodes run in
 worker processes; within a worker all its episodes step together and share one batched forward
-pass per step. Seeds are the protocol's reported seeds, never the ones checkpoints were chosen on.
+pass per step. Seeds come from one split (`--split`, runtime.evaluation_protocol.split_seeds): by
+default the reported test seeds, which choose nothing; `selection` and `validation` for the
+experiments that do choose (their results go to a `<split>/` subfolder and never into a card).
 
 Before any episode the command loads the policy (a corrupt graph or card is one line, exit 2),
 checks the task (a model is run on another task than its card's only with `--force`) and its
@@ -31,8 +33,10 @@ from runtime.card import read_card
 from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec, run_episodes
 from runtime.evaluation_protocol import (
     REPORTED_BUDGETS,
+    SEED_SPLITS,
+    SeedSplit,
     action_mode,
-    report_seeds,
+    split_seeds,
     summarise,
     target_reward_for,
 )
@@ -129,19 +133,19 @@ def run_parallel(jobs: list[RolloutJob], workers: int, label: str) -> list[Episo
 
 
 def _summary(
-    results: Sequence[EpisodeResult], reward_range: tuple[float, float], seeds: int
+    results: Sequence[EpisodeResult],
+    reward_range: tuple[float, float],
+    seed_groups: Sequence[tuple[int, ...]],
 ) -> dict[str, Any]:
     """The protocol's row for these episodes plus the spread of per-seed means (paper: 3 seeds)."""
     (row,) = summarise(results, reward_range)
-    per_seed = np.array([result.spec.seed // 10_000 for result in results])
-    rewards = np.array([result.reward for result in results])
-    costs = np.array([result.cost for result in results])
+    by_seed = {result.spec.seed: result for result in results}
     seed_means = [
         (
-            normalised_reward(rewards[per_seed == s], reward_range),
-            normalised_cost(costs[per_seed == s], row.target_cost),
+            normalised_reward(np.array([by_seed[seed].reward for seed in group]), reward_range),
+            normalised_cost(np.array([by_seed[seed].cost for seed in group]), row.target_cost),
         )
-        for s in range(seeds)
+        for group in seed_groups
     ]
     return {
         "episodes": row.episodes,
@@ -170,10 +174,12 @@ def evaluate_policy_dir(
     workers: int = 2,
     deterministic: bool = False,
     budget_guard: bool = False,
+    split: SeedSplit = "test",
 ) -> dict[str, Any]:
-    """Evaluate an exported policy at one (target reward, budget) pair on the reported seeds;
-    with `budget_guard`, as the service serves it by default (`cdt evaluate` does unless
-    `--no-budget-guard`; sweeps and reports measure the model alone).
+    """Evaluate an exported policy at one (target reward, budget) pair on one split's seeds
+    (the reported test seeds unless told otherwise); with `budget_guard`, as the service serves
+    it by default (`cdt evaluate` does unless `--no-budget-guard`; sweeps and reports measure the
+    model alone).
 
     Args:
         model_dir: `models/NAME/` with model.onnx and model.json.
@@ -189,6 +195,7 @@ def evaluate_policy_dir(
         raise UserError(f"{model_dir}: the card has no dataset reward range")
     if target_reward is None:
         target_reward = target_reward_for(card.default_targets or [], target_cost)
+    seed_groups = split_seeds(split, episodes, seeds)
     jobs = [
         RolloutJob(
             str(model_dir),
@@ -200,7 +207,7 @@ def evaluate_policy_dir(
                 for seed in chunk
             ),
         )
-        for chunk in report_seeds(episodes, seeds)
+        for chunk in seed_groups
     ]
     label = f"evaluate {card.name} @ cost {target_cost:g} ({_mode(deterministic)})"
     results = run_parallel(jobs, workers, label)
@@ -212,10 +219,11 @@ def evaluate_policy_dir(
         "target_cost": target_cost,
         "kappa": target_cost,
         "seeds": seeds,
+        "split": split,
         "deterministic": deterministic,
         "budget_guard": budget_guard,
         "guarded_steps_mean": float(np.mean([result.guard.guarded_steps for result in results])),
-        **_summary(results, reward_range, seeds),
+        **_summary(results, reward_range, seed_groups),
     }
 
 
@@ -310,6 +318,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--deterministic", action="store_true", help="use the mean action")
     parser.add_argument("--workers", type=positive_int, default=2, help="worker processes")
     parser.add_argument(
+        "--split",
+        choices=SEED_SPLITS,
+        default="test",
+        help="whose seeds: `test` (default) is the reported evaluation, run once per shipped model"
+        " and never used to choose; `selection` / `validation` are for runs that choose (results"
+        " go to OUT/<split>/, never into the card)",
+    )
+    parser.add_argument(
         "--no-budget-guard",
         dest="budget_guard",
         action="store_false",
@@ -349,10 +365,15 @@ def _record_key(convention: str, target_cost: float, deterministic: bool) -> str
 def main(argv: list[str] | None = None) -> None:
     """Entry point of `cdt evaluate`."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.record and args.split != "test":
+        parser.error("--record stores the reported evaluation: only with --split test")
     card = load_policy(args.model_dir, writes_card=args.record).card
     task = check_task_for(card, args.task, args.force)
     out = args.out or default_report_dir(args.model_dir)
+    if args.split != "test":
+        out = out / args.split  # never beside (or instead of) the reported figures
     check_report_outputs(report_paths(out, args.convention), args.force)
     options = {
         "episodes": args.episodes,
@@ -361,6 +382,7 @@ def main(argv: list[str] | None = None) -> None:
         "workers": args.workers,
         "deterministic": args.deterministic,
         "budget_guard": args.budget_guard,
+        "split": args.split,
     }
     if args.convention == "benchmark":
         result = evaluate_benchmark(args.model_dir, **options)
@@ -378,8 +400,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"written: {stem}.json, {stem}.md")
     guard = "" if args.budget_guard else ", unguarded"
     fate = f"{args.convention}{guard}: {stem}.json"
-    split = "test"  # the reported seeds (runtime.evaluation_protocol.split_seeds)
-    record(LedgerEntry("evaluate", str(args.model_dir), fate, task=task, split=split))
+    record(LedgerEntry("evaluate", str(args.model_dir), fate, task=task, split=args.split))
     if args.record:
         key = _record_key(args.convention, args.target_cost, args.deterministic)
         key += "" if args.budget_guard else "/unguarded"

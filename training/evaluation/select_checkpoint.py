@@ -1,36 +1,28 @@
-"""`cdt select RUN_DIR`: choose best.pt among a run's kept checkpoints, by the reported protocol.
+"""Choose best.pt among a run's kept checkpoints, by the reported protocol (`cdt select`).
 
 For runs trained where no simulator runs (a GPU machine, `--eval-every 0 --keep-checkpoints`):
 every `step_<N>.pt` is evaluated here exactly as in-training selection would (the same budgets,
 target rewards, action modes and selection seeds), and the best admissible one is copied to
 `best.pt` with its evaluation. `selection.json` lists every checkpoint's rows; a rerun reuses them.
-The scoring itself is `checkpoint_scores.py`'s; this module chooses among the scores.
+The scoring itself is `checkpoint_scores.py`'s; this module chooses among the scores, and
+`select_cli.py` is the command.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
 from pathlib import Path
 from typing import Any
 
-from runtime.arguments import CommandParser, non_negative_int, positive_float, positive_int, share
-from runtime.evaluation_protocol import BudgetRow, SelectionRule, describe
+from runtime.evaluation_protocol import SELECTION_BUDGET_SCALES, BudgetRow, SelectionRule, describe
 from runtime.files import check_writable, write_atomic
-from runtime.user_errors import UserError, exit_on_user_errors
+from runtime.user_errors import UserError
 from training.evaluation.checkpoint_scores import score_checkpoint, selection_record, verdict
-from training.learn.checkpoint import CheckpointError, load_checkpoint, write_checkpoint
-from training.ledger import LedgerEntry, record
+from training.learn.checkpoint import load_checkpoint, write_checkpoint
 
 logger = logging.getLogger(__name__)
-
-
-BUDGET_SCALES = (1.0, 0.8, 0.6)
-"""Calibrations tried, largest first: the graph feeds scale x the remaining budget. Measured
-reason: uncalibrated CarRun checkpoints kept the mean cost near kappa = 10 with sampled actions
-but let 30-50 % of episodes exceed it."""
 
 
 def per_mode_record(
@@ -124,7 +116,7 @@ def select_best(
     run_dir: Path,
     rule: SelectionRule,
     from_step: int = 0,
-    budget_scales: tuple[float, ...] = BUDGET_SCALES,
+    budget_scales: tuple[float, ...] = SELECTION_BUDGET_SCALES,
     episodes: int | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Evaluate the kept checkpoints from `from_step` on; write best.pt and selection.json.
@@ -192,62 +184,3 @@ def select_best(
     }
     write_checkpoint(run_dir / "best.pt", payload)
     return run_dir / "best.pt", best_evaluation
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog="cdt select", description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir", type=Path, help="run folder holding step_*.pt checkpoints")
-    parser.add_argument("--cost-margin", type=positive_float, default=SelectionRule.cost_margin)
-    parser.add_argument("--max-share-over", type=share, default=SelectionRule.max_share_over)
-    parser.add_argument(
-        "--min-budget-use",
-        type=share,
-        default=SelectionRule.min_budget_use,
-        help="mean cost must reach this share of every budget above the tightest",
-    )
-    text = "skip earlier checkpoints"
-    parser.add_argument("--from-step", type=non_negative_int, default=0, help=text)
-    parser.add_argument(
-        "--budget-scales",
-        type=positive_float,
-        nargs="+",
-        default=list(BUDGET_SCALES),
-        help="calibrations to try, largest first (1 = the paper's Algorithm 2 unchanged)",
-    )
-    parser.add_argument(
-        "--episodes",
-        type=positive_int,
-        help="episodes per budget and action mode; rows measured on another count are measured "
-        "again (default: the run's --eval-episodes, 20, and earlier rows reused whatever their "
-        "count); more episodes see more of a sampled policy's cost tail",
-    )
-    return parser
-
-
-@exit_on_user_errors("cdt select", CheckpointError)
-def main(argv: list[str] | None = None) -> None:
-    """Entry point of `cdt select`."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    args = _parser().parse_args(argv)
-    if not args.run_dir.is_dir():
-        raise UserError(f"{args.run_dir} is not a folder")
-    check_checkpoints(args.run_dir, args.from_step)
-    rule = SelectionRule(args.cost_margin, args.max_share_over, args.min_budget_use)
-    path, evaluation = select_best(
-        args.run_dir, rule, args.from_step, tuple(args.budget_scales), args.episodes
-    )
-    outcome = "admissible" if evaluation["admissible"] else "NOT admissible (none was)"
-    mean_scale = evaluation["mean_action_budget_scale"]
-    calibration = f"x{evaluation['budget_scale']:g}" + (
-        "" if mean_scale is None else f" (mean action x{mean_scale:g})"
-    )
-    print(
-        f"best: step {evaluation['step']} {calibration} budget "
-        f"({outcome}, score {evaluation['score']:.2f}) -> {path}"
-    )
-    fate = f"best step {evaluation['step']}: {verdict(evaluation)}"
-    record(LedgerEntry("select", str(args.run_dir), fate, split="selection"))
-
-
-if __name__ == "__main__":
-    main()

@@ -14,12 +14,8 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
 
 from runtime.arguments import CommandParser, budget, finite_float, positive_int
@@ -27,10 +23,13 @@ from runtime.card import read_card
 from runtime.episodes import EpisodeSpec
 from runtime.evaluation_protocol import report_seeds
 from runtime.files import write_atomic
-from runtime.user_errors import UserError, exit_on_user_errors
+from runtime.user_errors import UserError, exit_on_user_errors, require
 from training.card_update import record_sweep
 from training.evaluation.evaluate import RolloutJob, evaluate_policy_dir, run_parallel
 from training.evaluation.inputs import check_report_outputs, default_report_dir, load_policy
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 logger = logging.getLogger(__name__)
 
@@ -62,10 +61,22 @@ def sweep(
     return rows
 
 
+def _agg_figure(width: float, height: float) -> Figure:
+    """A figure drawn by Agg, without pyplot's global state."""
+    # Deferred on purpose: matplotlib takes ~0.5 s to import and only plotting needs it.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height))
+    FigureCanvasAgg(figure)
+    return figure
+
+
 def plot_sweep(rows: list[dict[str, Any]], vary: str, path: Path) -> None:
     """Reward and cost (mean +- one std) against the varied target."""
     x = np.array([row[f"target_{vary}"] for row in rows])
-    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    figure = _agg_figure(10, 4)
+    left, right = figure.subplots(1, 2)
     for axis, key, label in ((left, "reward", "episode reward"), (right, "cost", "episode cost")):
         mean = np.array([row[f"{key}_mean"] for row in rows])
         std = np.array([row[f"{key}_std"] for row in rows])
@@ -80,7 +91,6 @@ def plot_sweep(rows: list[dict[str, Any]], vary: str, path: Path) -> None:
     figure.suptitle(f"{rows[0]['model']}: {'zero-shot cost' if vary == 'cost' else 'reward'} sweep")
     figure.tight_layout()
     write_atomic(path, lambda temporary: figure.savefig(temporary, dpi=110, format="png"))
-    plt.close(figure)
 
 
 def _step_costs(jobs: list[RolloutJob], workers: int, label: str) -> np.ndarray:
@@ -142,7 +152,8 @@ def budget_change_study(
 
 def plot_budget_change(study: dict[str, Any], path: Path) -> None:
     """Cumulative cost per step with and without the change, the change marked."""
-    figure, axis = plt.subplots(figsize=(6, 4))
+    figure = _agg_figure(6, 4)
+    axis = figure.subplots()
     axis.plot(
         np.cumsum(study["control_mean_step_costs"]),
         color="grey",
@@ -160,7 +171,6 @@ def plot_budget_change(study: dict[str, Any], path: Path) -> None:
     axis.grid(alpha=0.3)
     figure.tight_layout()
     write_atomic(path, lambda temporary: figure.savefig(temporary, dpi=110, format="png"))
-    plt.close(figure)
 
 
 def _floats(parse: Callable[[str], float]) -> Callable[[str], list[float]]:
@@ -218,7 +228,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _check(args: argparse.Namespace, card: dict[str, Any]) -> Path:
-    """Before any episode: the values fit the model, the outputs may be written; the folder."""
+    """Before any episode: the values fit the model, the outputs may be written, the plots can
+    be drawn (matplotlib); returns the output folder."""
     if not args.costs:
         raise UserError("--costs names no cost target")
     if args.change_step >= card["max_episode_len"]:
@@ -228,6 +239,7 @@ def _check(args: argparse.Namespace, card: dict[str, Any]) -> Path:
         )
     out: Path = args.out or default_report_dir(args.model_dir)
     check_report_outputs([out / name for name in OUTPUT_FILES], args.force)
+    require("matplotlib")  # imported only to plot, after the episodes
     return out
 
 

@@ -27,14 +27,10 @@ from runtime.card import CARD_FILE, CardError, read_card
 from runtime.evaluation_protocol import action_mode, target_reward_for
 from runtime.files import write_atomic
 from runtime.scores import normalised_cost, normalised_reward
-from training.baselines.registry import train_and_export
 from training.card_update import record_default_targets
 from training.data.dataset import load_dataset
 from training.data.frontiers import derive_default_targets
-from training.evaluation.checkpoint_scores import score_in_training
-from training.export import export_checkpoint
 from training.learn.config import TrainConfig, parse_config
-from training.learn.train import train
 from training.report.config import ReportConfig
 from training.report.tables import SAMPLED_SUFFIX, RunResult, card_training, short_task
 
@@ -139,12 +135,16 @@ def _evaluated_results(
     return results
 
 
+# The cells import the trainers only when they train: torch and onnx take ~2 s to import, and
+# `cdt report --help`, a mistake or a reused model needs neither.
 def _train_cell(config: ReportConfig, dataset_path: Path, label: str, algo: str, seed: int) -> Path:
     model_dir = config.models_dir / label / f"{algo}-s{seed}"
     if config.reuse and (model_dir / CARD_FILE).is_file():
         return model_dir
     if algo in SEQUENCE_ALGORITHMS:
         return _train_sequence_cell(config, dataset_path, model_dir, algo, seed)
+    from training.baselines.registry import train_and_export
+
     run = dataclasses.replace(
         config.train,
         algo=algo,  # type: ignore[arg-type]
@@ -160,6 +160,10 @@ def _train_sequence_cell(
     config: ReportConfig, dataset_path: Path, model_dir: Path, algo: str, seed: int
 ) -> Path:
     """`cdt train` + `cdt export` + default targets from the data, for one sequence model."""
+    from training.evaluation.checkpoint_scores import score_in_training
+    from training.export import export_checkpoint
+    from training.learn.train import train
+
     args = ["--dataset", str(dataset_path), "--algo", algo, "--seed", str(seed)]
     args += ["--out-dir", str(model_dir.parent / "runs"), "--run-name", model_dir.name]
     if algo != "cdt":

@@ -14,13 +14,17 @@ from runtime.context import EpisodeContext
 from service.breaker import CircuitBreaker
 from service.episode_state import EpisodeRecord
 from service.errors import (
+    DeadlinePassedError,
     EpisodeBusyError,
     EpisodeGoneError,
     EpisodeNotFoundError,
     EpisodeQuotaError,
+    RevisionMismatchError,
+    ServiceError,
     StoreUnavailableError,
     TooManyEpisodesError,
 )
+from service.preconditions import Precondition
 from service.stores.base import Claim, SessionStore
 from service.stores.codec import encode_context
 from service.stores.memory import InMemorySessionStore
@@ -179,6 +183,26 @@ def test_store_claim_many_answers_each_episode_and_commit_many_writes_the_change
     assert isinstance(again, Claim) and again.record.revision == 1
     assert store.commit_many([(again, again.record)]) == [None]  # only released
     assert bump(store, "a").revision == 2
+
+
+def test_store_commit_with_an_unmet_precondition_writes_nothing(store: SessionStore) -> None:
+    store.create(make_record("a"))
+    refused: list[ServiceError | None] = []
+    for precondition in (Precondition(revision=1), Precondition(deadline=time.time() + 0.05)):
+        (claim,) = store.claim_many([("a", OWNER)])
+        assert isinstance(claim, Claim)
+        time.sleep(0.1)  # the deadline passes between claim and write (a replica frozen)
+        conditional = replace(claim, precondition=precondition)
+        refused += store.commit_many([(conditional, next_revision(claim.record))])
+    stale, late = refused
+    assert isinstance(stale, RevisionMismatchError) and stale.revision == 0
+    assert isinstance(late, DeadlinePassedError)
+    assert store.get("a", OWNER).revision == 0  # nothing written, and the claims were released
+    (claim,) = store.claim_many([("a", OWNER)])
+    assert isinstance(claim, Claim)
+    met = replace(claim, precondition=Precondition(revision=0, deadline=time.time() + 30))
+    assert store.commit_many([(met, next_revision(claim.record))]) == [None]
+    assert store.get("a", OWNER).revision == 1
 
 
 @pytest.mark.redis

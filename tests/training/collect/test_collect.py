@@ -10,7 +10,9 @@ import tyro
 
 from runtime.user_errors import UserError
 from training.collect import cli as collect_cli
-from training.collect.cli import CollectConfig, cost_threshold, learn, load_raw_episodes
+from training.collect import collection
+from training.collect.cli import CollectConfig, cost_threshold
+from training.collect.collection import learn, load_raw_episodes
 from training.collect.ppo_lagrangian import RunningNormaliser, generalised_advantages
 from training.pid_lagrangian import PidLagrangian
 
@@ -109,7 +111,7 @@ def test_collect_never_replaces_a_dataset_without_force_and_checks_before_any_ep
     def no_work(config: CollectConfig) -> None:
         raise AssertionError("the collection started")
 
-    monkeypatch.setattr(collect_cli, "learn", no_work)
+    monkeypatch.setattr(collection, "learn", no_work)
     with pytest.raises(SystemExit) as exit_info:
         collect_cli.main(["--task", "SafetyBallRun-v0", "--epochs", "1"])
     assert exit_info.value.code == 2

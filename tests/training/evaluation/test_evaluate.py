@@ -16,7 +16,7 @@ from training.evaluation.evaluate import (
     run_job,
     to_markdown,
 )
-from training.evaluation.sweeps import budget_change_study
+from training.evaluation.sweeps import budget_change_study, plot_budget_change, plot_sweep
 
 TASK = "SafetyBallRun-v0"  # obs_dim 7, act_dim 2, 100-step episodes
 
@@ -47,7 +47,7 @@ def test_evaluate_policy_dir_reports_raw_and_normalised_scores(ballrun_policy: P
 
 
 @pytest.mark.slow
-def test_budget_change_study_records_per_step_costs(ballrun_policy: Path) -> None:
+def test_budget_change_study_records_per_step_costs(ballrun_policy: Path, tmp_path: Path) -> None:
     card = ballrun_policy / "model.json"
     card.write_text(card.read_text().replace("SafetyToyRun-v0", TASK))
     study = budget_change_study(
@@ -63,6 +63,18 @@ def test_budget_change_study_records_per_step_costs(ballrun_policy: Path) -> Non
     assert study["total_cost_mean"] == pytest.approx(sum(study["mean_step_costs"]))
     # Same seeds: identical episodes until the change.
     assert study["mean_step_costs"][:50] == study["control_mean_step_costs"][:50]
+    plot_budget_change(study, tmp_path / "budget_change.png")
+    assert (tmp_path / "budget_change.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_plot_sweep_writes_a_png(tmp_path: Path) -> None:
+    rows = [
+        {"model": "toy", "target_cost": cost, "reward_mean": 40.0 + cost, "reward_std": 2.0}
+        | {"cost_mean": 0.8 * cost, "cost_std": 1.0}
+        for cost in (5.0, 10.0, 20.0)
+    ]
+    plot_sweep(rows, "cost", tmp_path / "sweep.png")
+    assert (tmp_path / "sweep.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_cdt_evaluate_refuses_zero_episodes_before_loading_anything(
@@ -119,3 +131,37 @@ def test_cdt_evaluate_runs_a_model_on_another_task_only_with_force(
     with pytest.raises(SystemExit) as exit_info:  # a task whose sizes differ: never
         main([str(ballrun_policy), "--task", "SafetyBallCircle-v0", "--force", *out])
     assert "reads 7 and writes 2" in capsys.readouterr().err
+
+
+def test_cdt_evaluate_keeps_choosing_splits_apart_from_the_reported_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    seen: list[str] = []
+    monkeypatch.setattr(
+        evaluate_module,
+        "evaluate_policy_dir",
+        lambda model_dir, **options: (
+            seen.append(options["split"]) or _fake_result(model_dir, **options)
+        ),
+    )
+    inside = write_test_policy(tmp_path / "models" / "toy", observation_dim=7, action_dim=2)
+    main([str(inside), "--split", "selection"])
+    assert seen == ["selection"]
+    assert (tmp_path / "reports" / "toy" / "selection" / "evaluation_paper.json").is_file()
+    assert not (tmp_path / "reports" / "toy" / "evaluation_paper.json").exists()
+    with pytest.raises(SystemExit) as exit_info:  # a card holds reported (test) figures only
+        main([str(inside), "--split", "validation", "--record"])
+    assert exit_info.value.code == 2 and "only with --split test" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_evaluate_policy_dir_runs_the_seeds_of_the_split_it_is_given(ballrun_policy: Path) -> None:
+    options: dict[str, Any] = {"episodes": 2, "seeds": 2, "task": TASK, "workers": 1}
+    test = evaluate_policy_dir(ballrun_policy, **options)
+    again = evaluate_policy_dir(ballrun_policy, split="test", **options)
+    selection = evaluate_policy_dir(ballrun_policy, split="selection", **options)
+    assert test["split"] == "test" and selection["split"] == "selection"
+    assert test["reward_mean"] == again["reward_mean"]
+    assert selection["reward_mean"] != test["reward_mean"]  # other seeds, other episodes
+    assert selection["normalised_reward_std"] >= 0.0 and selection["episodes"] == 4
