@@ -63,20 +63,20 @@ class PipelineConfig:
     task: str = "SafetyCarRun-v0"
     """gymnasium env id (Bullet-Safety-Gym task)."""
     preset: Literal["cpu-budget", "paper", "cpu"] = "cpu-budget"
-    """training preset: `cpu-budget`, the recipe for every task on a CPU (8,000 steps of a
-    2 x 64 x 4 model; docs/decisions/return-tokens.md), or `paper` (the paper's model, which
-    kept CarRun's budgets at batch 256 over 14,000 steps on a CPU)."""
+    """training preset: `cpu-budget`, the recipe for every task on a CPU (24,000 steps of a
+    2 x 64 x 4 model with context 1; docs/decisions/return-tokens.md), or `paper` (the paper's
+    model, which kept CarRun's budgets at batch 256 over 14,000 steps on a CPU)."""
     device: str = "cpu"
     """training device (`cuda` on a GPU machine)."""
     batch_size: int | None = None
     """default: the preset's on a GPU; 256 on a CPU, the recipe that trained `cdt-carrun-cpu`
     (the paper's 2,048 takes ~1.8 s per step on 2 cores); 16 with --smoke."""
     update_steps: int | None = None
-    """gradient steps; default 18,000 on a GPU, 14,000 on a CPU (where the shipped `paper`-preset
-    CarRun models were chosen), 20 with --smoke."""
+    """gradient steps; default the preset's (24,000 for `cpu-budget`); `paper`: 18,000 on a GPU,
+    14,000 on a CPU (where the shipped `paper`-preset CarRun models were chosen); 20 with --smoke."""
     from_step: int | None = None
-    """first kept checkpoint selection considers; default 6,000 on a GPU, 8,000 on a CPU, 0 with
-    --smoke."""
+    """first kept checkpoint selection considers; default the preset's first checkpoint (`paper`:
+    6,000 on a GPU, 8,000 on a CPU), 0 with --smoke."""
     name: str | None = None
     """model name; default cdt-<task>, e.g. cdt-carrun (cdt-carrun-smoke with --smoke)."""
     dataset: Path | None = None
@@ -120,12 +120,14 @@ class PipelineConfig:
         if self.smoke:
             return 0
         if self.preset != "paper":
-            return min(2_000, self.steps)
+            return min(self.checkpoint_every, self.steps)
         return 6_000 if self.on_gpu else 8_000
 
     @property
     def checkpoint_every(self) -> int:
-        return max(1, self.steps // 2) if self.smoke else 2_000
+        if self.smoke:
+            return max(1, self.steps // 2)
+        return PRESETS[self.preset].checkpoint_every if self.preset != "paper" else 2_000
 
     @property
     def evaluation_episodes(self) -> int:

@@ -55,9 +55,9 @@ def test_pipeline_trains_with_the_measured_recipe_of_its_device(
     monkeypatch.setattr(training_loop, "cpu_has_native_bf16", lambda: False)
     default = PipelineConfig(task="SafetyCarRun-v0")
     assert default.training_args() == [
-        "--preset", "cpu-budget", "--device", "cpu", "--update-steps", "8000",
+        "--preset", "cpu-budget", "--device", "cpu", "--update-steps", "24000",
     ]  # fmt: skip
-    assert default.first_selected_step == 2_000
+    assert default.first_selected_step == default.checkpoint_every == 4_000
     cpu = PipelineConfig(task="SafetyCarRun-v0", preset="paper")
     assert cpu.training_args() == [
         "--preset", "paper", "--device", "cpu", "--update-steps", "14000", "--batch-size", "256",
