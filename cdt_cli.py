@@ -28,6 +28,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "training.evaluation.calibrate",
         "calibrate an exported policy's mean action per budget (simulator)",
     ),
+    "guidance": (
+        "training.evaluation.guidance",
+        "choose an exported policy's cost-token guidance (simulator)",
+    ),
     "evaluate": ("training.evaluation.evaluate", "evaluate an exported policy in the simulator"),
     "sweeps": (
         "training.evaluation.sweeps",

@@ -64,12 +64,17 @@ def positive_float(text: str) -> float:
     return value
 
 
-def budget(text: str) -> float:
-    """A cost budget: a finite number >= 0."""
+def non_negative_float(text: str) -> float:
+    """A finite number >= 0."""
     value = finite_float(text)
     if value < 0:
         raise ArgumentTypeError(f"must be a finite number >= 0, got {text}")
     return value
+
+
+def budget(text: str) -> float:
+    """A cost budget: a finite number >= 0."""
+    return non_negative_float(text)
 
 
 def share(text: str) -> float:

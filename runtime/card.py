@@ -73,6 +73,19 @@ def interpolated_scale(points: list[BudgetScale], budget: float) -> float:
     return float(fed) / budget
 
 
+class CostGuidance(BaseModel):
+    """Guidance on the cost token (docs/decisions/cost-guidance.md): each forward pass also runs
+    the windows with `shift` more cost-to-go at every position, and the mean action moves
+    `weight` times further from that contrast: a = a(C) + weight x (a(C) - a(C + shift)).
+
+    A policy that reads its cost token only weakly (CarCircle, AntRun at 24,000 CPU steps) is
+    pushed along the direction the token already points; weight 0 is the plain policy."""
+
+    weight: float = Field(ge=0, le=10)
+    shift: float = Field(gt=0, le=1_000)
+    """Cost units added to the cost-to-go of the contrast pass (the largest validated budget)."""
+
+
 class GuardFigures(BaseModel):
     """Episodes of one budget and action mode, with or without the budget guard."""
 
@@ -143,6 +156,8 @@ class ModelCard(BaseModel):
     evaluation: dict[str, Any] | None = None
     budget_guard: BudgetGuard | None = None
     """The budget guard's thresholds and fallback (absent: `runtime.budget_guard`'s defaults)."""
+    cost_guidance: CostGuidance | None = None
+    """Guidance on the cost token, chosen by `cdt guidance` on selection seeds (absent: none)."""
     budget_guard_measured: list[GuardMeasurement] | None = None
     """Guarded against unguarded episodes, written by `bench/budget_guard.py --record`."""
 

@@ -141,5 +141,24 @@ class Policy:
         Returns:
             `action_mean` and `action_log_std`, each [B, action_dim].
         """
-        mean, log_std = self.session.run(list(OUTPUT_NAMES), dict(windows))
-        return np.asarray(mean, dtype=np.float32), np.asarray(log_std, dtype=np.float32)
+        guidance = self.card.cost_guidance
+        if guidance is None or guidance.weight == 0:
+            mean, log_std = self.session.run(list(OUTPUT_NAMES), dict(windows))
+            return np.asarray(mean, dtype=np.float32), np.asarray(log_std, dtype=np.float32)
+        return self._guided(windows, guidance.weight, guidance.shift)
+
+    def _guided(
+        self, windows: Mapping[str, npt.NDArray[Any]], weight: float, shift: float
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+        """The card's cost guidance: the windows and their contrast (`shift` more cost-to-go at
+        every real position) in one batched pass, the mean pushed away from the contrast's."""
+        batch = len(windows["costs_to_go"])
+        real = ~windows["padding_mask"]  # padding keeps its zeros, as the graph expects
+        contrast = windows["costs_to_go"] + np.float32(shift) * real
+        doubled = {name: np.concatenate([value, value]) for name, value in windows.items()}
+        doubled["costs_to_go"] = np.concatenate([windows["costs_to_go"], contrast])
+        mean, log_std = self.session.run(list(OUTPUT_NAMES), doubled)
+        own, away = mean[:batch], mean[batch:]
+        low, high = self.action_bounds
+        guided = np.clip(own + weight * (own - away), low, high)
+        return guided.astype(np.float32), np.asarray(log_std[:batch], dtype=np.float32)

@@ -31,6 +31,36 @@ def test_policy_load_predicts_mean_and_log_std(tmp_path: Path) -> None:
     assert policy.card.training_config == {"seed": 0} and policy.card.model_extra == {}
 
 
+def test_cost_guidance_pushes_the_mean_away_from_more_cost_to_go(tmp_path: Path) -> None:
+    directory = write_test_policy(tmp_path / "toy", cost_weight=0.02)
+    plain = Policy.load(directory)
+    edit_card(directory, cost_guidance={"weight": 2.0, "shift": 40.0})
+    guided = Policy.load(directory)
+    contexts = [
+        EpisodeContext.start([0.1, 0.2, 0.3], 50.0, budget, context_len=4, action_dim=2)
+        for budget in (0.0, 10.0, 40.0)
+    ]
+    windows = stack_windows(contexts)
+    own, log_std = plain.predict(windows)
+    more = dict(windows)
+    more["costs_to_go"] = windows["costs_to_go"] + np.float32(40.0) * ~windows["padding_mask"]
+    away, _ = plain.predict(more)
+    mean, guided_log_std = guided.predict(windows)
+    np.testing.assert_allclose(mean, np.clip(own + 2.0 * (own - away), -1, 1), atol=1e-6)
+    np.testing.assert_array_equal(guided_log_std, log_std)  # the spread is the policy's own
+    assert not np.allclose(mean, own)  # the toy's action grows with the cost-to-go: guided lower
+    assert (mean <= own + 1e-6).all()
+    edit_card(directory, cost_guidance={"weight": 0.0, "shift": 40.0})
+    np.testing.assert_array_equal(Policy.load(directory).predict(windows)[0], own)
+
+
+def test_cost_guidance_outside_its_range_is_refused(tmp_path: Path) -> None:
+    directory = write_test_policy(tmp_path / "toy")
+    edit_card(directory, cost_guidance={"weight": -1.0, "shift": 40.0})
+    with pytest.raises(PolicyLoadError, match="cost_guidance.weight"):
+        Policy.load(directory)
+
+
 def test_policy_load_missing_required_key_is_refused(tmp_path: Path) -> None:
     directory = write_test_policy(tmp_path / "toy")
     card = json.loads((directory / "model.json").read_text())

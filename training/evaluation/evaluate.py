@@ -285,15 +285,17 @@ def evaluate_protocol(model_dir: str | Path, **options: Any) -> dict[str, Any]:
     }
 
 
-def report_paths(out: Path, convention: str) -> list[Path]:
-    """The files `write_report` writes."""
-    stem = out / f"evaluation_{convention}"
+def report_paths(out: Path, convention: str, guarded: bool = True) -> list[Path]:
+    """The files `write_report` writes; unguarded figures get their own (`_unguarded`), so the
+    guarded and unguarded runs of one model sit side by side."""
+    stem = out / f"evaluation_{convention}{'' if guarded else '_unguarded'}"
     return [stem.with_suffix(".json"), stem.with_suffix(".md")]
 
 
-def write_report(result: dict[str, Any], out: Path, convention: str) -> Path:
-    """Write `out/evaluation_<convention>.json` and `.md` (each atomically); returns their stem."""
-    json_path, markdown_path = report_paths(out, convention)
+def write_report(result: dict[str, Any], out: Path, convention: str, guarded: bool = True) -> Path:
+    """Write `out/evaluation_<convention>[_unguarded].json` and `.md` (each atomically); returns
+    their stem."""
+    json_path, markdown_path = report_paths(out, convention, guarded)
     text = json.dumps(result, indent=2)
     write_atomic(json_path, lambda temporary: temporary.write_text(text))
     write_atomic(markdown_path, lambda temporary: temporary.write_text(to_markdown(result)))
@@ -374,7 +376,7 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out or default_report_dir(args.model_dir)
     if args.split != "test":
         out = out / args.split  # never beside (or instead of) the reported figures
-    check_report_outputs(report_paths(out, args.convention), args.force)
+    check_report_outputs(report_paths(out, args.convention, args.budget_guard), args.force)
     options = {
         "episodes": args.episodes,
         "seeds": args.seeds,
@@ -396,7 +398,7 @@ def main(argv: list[str] | None = None) -> None:
             **options,
         )
     print(to_markdown(result))
-    stem = write_report(result, out, args.convention)
+    stem = write_report(result, out, args.convention, args.budget_guard)
     print(f"written: {stem}.json, {stem}.md")
     guard = "" if args.budget_guard else ", unguarded"
     fate = f"{args.convention}{guard}: {stem}.json"

@@ -249,6 +249,9 @@ class ScalarEmbedding(nn.Module):
         centers = torch.linspace(low, high, max(basis, 2))[: max(basis, 1)]
         self.register_buffer("centers", centers, persistent=False)
         self.width = (high - low) / max(basis - 1, 1)
+        # Python floats, not reads of `centers`: a tensor read is a data-dependent op that the
+        # ONNX exporter traces and prints as a graph dump.
+        self.clamp_range = (float(centers[0]), float(centers[-1]))
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
         # Checkpoints written before this class held a bare Linear here: same tensors, old names.
@@ -262,7 +265,7 @@ class ScalarEmbedding(nn.Module):
         embedded: torch.Tensor = self.linear(values.unsqueeze(-1))
         if self.basis is None:
             return embedded
-        low, high = float(self.centers[0]), float(self.centers[-1])
+        low, high = self.clamp_range
         clamped = values.clamp(low, high).unsqueeze(-1)  # [batch, seq_len, 1]
         code = F.relu(1.0 - (clamped - self.centers).abs() / self.width)  # [b, seq_len, basis]
         coded: torch.Tensor = self.basis(code)

@@ -165,3 +165,16 @@ def test_evaluate_policy_dir_runs_the_seeds_of_the_split_it_is_given(ballrun_pol
     assert test["reward_mean"] == again["reward_mean"]
     assert selection["reward_mean"] != test["reward_mean"]  # other seeds, other episodes
     assert selection["normalised_reward_std"] >= 0.0 and selection["episodes"] == 4
+
+
+def test_cdt_evaluate_writes_unguarded_figures_beside_the_guarded_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(evaluate_module, "evaluate_policy_dir", _fake_result)
+    inside = write_test_policy(tmp_path / "models" / "toy", observation_dim=7, action_dim=2)
+    main([str(inside)])
+    main([str(inside), "--no-budget-guard"])  # no --force needed: another file
+    reports = tmp_path / "reports" / "toy"
+    assert (reports / "evaluation_paper.json").is_file()
+    assert (reports / "evaluation_paper_unguarded.json").is_file()
