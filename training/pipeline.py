@@ -45,15 +45,16 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    """Collect, train, select, export, calibrate and evaluate one task; rerun to continue.
+    """Collect, train, select, export, guide (or calibrate), evaluate one task; rerun to go on.
 
-    Stages, each skipped when its output is there; times on 2 cores (AMD EPYC Zen 3, fp32,
-    docs/decisions/pipeline.md):
-    - collect: datasets/<task>.hdf5 (or --dataset); 47 min for CarRun's paper schedule
-    - train: runs/pipeline-<name>/step_*.pt; 0.6 s a step, so 14,000 steps take ~2.5 h
-    - select: runs/pipeline-<name>/best.pt; select, export and evaluate took 4 min together
+    Stages, each skipped when its output is there (times: docs/decisions/pipeline.md):
+    - collect: datasets/<task>.hdf5 (or --dataset); 47 min for CarRun's paper schedule (Zen 3)
+    - train: runs/pipeline-<name>/step_*.pt; `cpu-budget`: ~60 steps/s on a free Zen 4 core,
+      24,000 steps in ~7 min; `paper` at batch 256: 0.6 s a step on Zen 3 (14,000 in ~2.5 h)
+    - select: runs/pipeline-<name>/best.pt, on the selection seeds
     - export: models/<name>/model.onnx and model.json
-    - calibrate: the scales in models/<name>/model.json; 60 episodes per measured row
+    - guidance (`cpu-budget`, `cpu`): the cost guidance in model.json, 4 weights x 120 episodes
+    - calibrate (`paper`): the scales in models/<name>/model.json; 60 episodes per measured row
     - evaluate: reports/<name>/evaluation_protocol.json
 
     `--smoke` runs every stage on a tiny model (20 steps, one episode per row) as the model
@@ -73,7 +74,7 @@ class PipelineConfig:
     (the paper's 2,048 takes ~1.8 s per step on 2 cores); 16 with --smoke."""
     update_steps: int | None = None
     """gradient steps; default the preset's (24,000 for `cpu-budget`); `paper`: 18,000 on a GPU,
-    14,000 on a CPU (where the shipped `paper`-preset CarRun models were chosen); 20 with --smoke."""
+    14,000 on a CPU (where the shipped `paper` CarRun models were chosen); 20 with --smoke."""
     from_step: int | None = None
     """first kept checkpoint selection considers; default the preset's first checkpoint (`paper`:
     6,000 on a GPU, 8,000 on a CPU), 0 with --smoke."""
@@ -229,7 +230,8 @@ def select(config: PipelineConfig) -> None:
     from training.evaluation.select_checkpoint import select_best
 
     episodes = 1 if config.smoke else None
-    scales = (1.0,) if config.smoke else SELECTION_BUDGET_SCALES
+    # guided presets get no fed-budget calibration: guidance acts on the cost token instead
+    scales = SELECTION_BUDGET_SCALES if config.preset == "paper" and not config.smoke else (1.0,)
     select_best(config.run_dir, SelectionRule(), config.first_selected_step, scales, episodes)
 
 
@@ -238,6 +240,27 @@ def export(config: PipelineConfig) -> None:
 
     quiet_exporter_logs()
     export_checkpoint(config.run_dir / "best.pt", config.model_dir, config.model_name)
+
+
+def guide(config: PipelineConfig) -> None:
+    from training.evaluation.guidance import guide_model
+
+    if config.smoke:
+        chosen = guide_model(config.model_dir, weights=(0.0,), episodes=1, workers=1)
+    else:
+        chosen = guide_model(config.model_dir)
+    if chosen is None:
+        logger.warning("no guidance weight keeps the budgets: the model ships unguided, unsafe")
+
+
+def _guided(config: PipelineConfig) -> bool:
+    """Has guidance finished on this model, or does its preset calibrate instead?"""
+    if config.preset == "paper":
+        return True
+    if not (config.model_dir / CARD_FILE).is_file():
+        return False
+    record = (read_card(config.model_dir).evaluation or {}).get("guidance") or {}
+    return bool(record.get("finished"))
 
 
 def calibrate(config: PipelineConfig) -> None:
@@ -251,7 +274,10 @@ def calibrate(config: PipelineConfig) -> None:
 
 def _calibrated(config: PipelineConfig) -> bool:
     """Has calibration finished on this model (whether or not a calibration counted)? An
-    interrupted one left its rows in the card, unfinished: it runs again."""
+    interrupted one left its rows in the card, unfinished: it runs again. `cpu-budget` and `cpu`
+    models are guided instead (docs/decisions/cost-guidance.md)."""
+    if config.preset != "paper":
+        return True
     if not (config.model_dir / CARD_FILE).is_file():
         return False
     record_key = CALIBRATIONS[True].record_key  # the mean action's: the stage calibrates it
@@ -284,6 +310,7 @@ STAGES: list[Stage] = [
     ("train", train, _trained),
     ("select", select, lambda c: (c.run_dir / "best.pt").is_file()),  # training writes none
     ("export", export, lambda c: (c.model_dir / ONNX_FILE).is_file()),
+    ("guidance", guide, _guided),
     ("calibrate", calibrate, _calibrated),
     ("evaluate", evaluate, lambda c: c.report.is_file()),
 ]

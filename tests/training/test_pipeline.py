@@ -114,9 +114,10 @@ def test_calibration_counts_as_done_once_finished_even_when_none_counted(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    config = PipelineConfig(task="SafetyCarRun-v0")
+    config = PipelineConfig(task="SafetyCarRun-v0", preset="paper")
     shutil.copytree(exported_policy[1], config.model_dir)
     assert not pipeline._calibrated(config)
+    assert pipeline._guided(config)  # the paper preset calibrates instead
 
     update_card(config.model_dir, evaluation={"calibration": {"finished": False, "chosen": None}})
     assert not pipeline._calibrated(config)  # interrupted mid-way: it runs again
@@ -128,6 +129,19 @@ def test_calibration_counts_as_done_once_finished_even_when_none_counted(
     pipeline.calibrate(config)  # the pipeline goes on to evaluate the uncalibrated model
     assert "keeps the graph's budget scale" in caplog.text
     assert pipeline._calibrated(config)
+
+
+def test_guided_presets_run_guidance_until_it_finished_instead_of_calibration(
+    exported_policy: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = PipelineConfig(task="SafetyCarRun-v0")  # cpu-budget
+    shutil.copytree(exported_policy[1], config.model_dir)
+    assert pipeline._calibrated(config) and not pipeline._guided(config)
+    update_card(config.model_dir, evaluation={"guidance": {"weights": [], "finished": False}})
+    assert not pipeline._guided(config)  # interrupted mid-way: it runs again
+    update_card(config.model_dir, evaluation={"guidance": {"weights": [], "finished": True}})
+    assert pipeline._guided(config)
 
 
 @pytest.mark.slow
@@ -150,7 +164,8 @@ def test_pipeline_smoke_runs_every_stage_on_a_tiny_dataset(
     assert (card.evaluation or {})["protocol"]["rows"][0]["episodes"] == 1
     assert config.report.is_file()
     totals = json.loads(config.stage_seconds.read_text())
-    assert list(totals) == ["train", "select", "export", "calibrate", "evaluate"]  # data was there
+    assert list(totals) == ["train", "select", "export", "guidance", "evaluate"]  # data was there
+    assert (card.evaluation or {})["guidance"]["finished"]
     assert "cdt-ballrun-smoke:" in capsys.readouterr().out
     assert not Path(tmp_path / "datasets").exists()
 

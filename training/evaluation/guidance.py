@@ -204,64 +204,67 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def guide_model(
+    model_dir: Path,
+    weights: Sequence[float] = WEIGHTS,
+    shift: float = max(REPORTED_BUDGETS),
+    episodes: int = 20,
+    max_share_over: float = MAX_SHARE_OVER,
+    workers: int = 2,
+) -> WeightResult | None:
+    """Measure the weights not measured before, choose, and write the card (`evaluation.guidance`
+    always, marked `finished`; `cost_guidance` and the version only when a weight is admissible).
+    Returns the chosen weight's result, or None."""
+    card = load_policy(model_dir, writes_card=True).card
+    rule = rule_for(card, max_share_over)
+    earlier = earlier_results(card, shift, episodes, rule)
+    new = sorted(set(weights) - set(earlier))
+    if len(new) < len(set(weights)):
+        logger.info("measured before (the card's evaluation.guidance): %s", sorted(earlier))
+    measured = measure_weights(model_dir, card, new, shift, episodes, workers, rule)
+    results = sorted([*earlier.values(), *measured], key=lambda result: result.weight)
+    evaluation = dict(card.evaluation or {})
+    evaluation["guidance"] = {
+        "split": "selection",
+        "episodes_per_row": episodes,
+        "shift": shift,
+        "budget_guard": True,
+        "weights": [result.as_json() for result in results],
+        "finished": True,
+    }
+    chosen = choose(results)
+    listed = [result.weight for result in results]
+    if chosen is None:
+        update_card(model_dir, evaluation=evaluation)
+        outcome = "not admissible at any weight"
+    else:
+        guidance = CostGuidance(weight=chosen.weight, shift=shift) if chosen.weight else None
+        update_card(
+            model_dir,
+            evaluation=evaluation,
+            cost_guidance=None if guidance is None else guidance.model_dump(),
+            version=guided_version(card.version, chosen.weight),
+        )
+        outcome = f"weight {chosen.weight:g}, score {chosen.score:.2f}"
+    entry = LedgerEntry("guidance", str(model_dir), outcome, task=card.task, split="selection")
+    record(dataclasses.replace(entry, details={"weights": listed}))
+    return chosen
+
+
 @exit_on_user_errors("cdt guidance")
 def main(argv: list[str] | None = None) -> None:
     """Entry point of `cdt guidance`."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = _parser().parse_args(argv)
-    card = load_policy(args.model_dir, writes_card=True).card
-    rule = rule_for(card, args.max_share_over)
-    earlier = earlier_results(card, args.shift, args.episodes, rule)
-    new = sorted(set(args.weights) - set(earlier))
-    if len(new) < len(set(args.weights)):
-        logger.info("measured before (the card's evaluation.guidance): %s", sorted(earlier))
-    measured = measure_weights(
-        args.model_dir, card, new, args.shift, args.episodes, args.workers, rule
+    chosen = guide_model(
+        args.model_dir, args.weights, args.shift, args.episodes, args.max_share_over, args.workers
     )
-    results = sorted([*earlier.values(), *measured], key=lambda result: result.weight)
-    weights = [result.weight for result in results]
-    evaluation = dict(card.evaluation or {})
-    evaluation["guidance"] = {
-        "split": "selection",
-        "episodes_per_row": args.episodes,
-        "shift": args.shift,
-        "budget_guard": True,
-        "weights": [result.as_json() for result in results],
-    }
-    chosen = choose(results)
     if chosen is None:
-        update_card(args.model_dir, evaluation=evaluation)
-        record(
-            LedgerEntry(
-                "guidance",
-                str(args.model_dir),
-                "not admissible at any weight",
-                task=card.task,
-                split="selection",
-                details={"weights": weights},
-            )
-        )
         raise SystemExit(
-            f"cdt guidance: no weight of {weights} keeps the budgets on the selection seeds;"
-            f" the card's guidance is unchanged (its rows are in evaluation.guidance)"
+            f"cdt guidance: no weight of {sorted(set(args.weights))} keeps the budgets on the"
+            " selection seeds; the card's guidance is unchanged (its rows are in"
+            " evaluation.guidance)"
         )
-    guidance = CostGuidance(weight=chosen.weight, shift=args.shift) if chosen.weight else None
-    update_card(
-        args.model_dir,
-        evaluation=evaluation,
-        cost_guidance=None if guidance is None else guidance.model_dump(),
-        version=guided_version(card.version, chosen.weight),
-    )
-    record(
-        LedgerEntry(
-            "guidance",
-            str(args.model_dir),
-            f"weight {chosen.weight:g}, score {chosen.score:.2f}",
-            task=card.task,
-            split="selection",
-            details={"weights": weights},
-        )
-    )
     print(f"cdt guidance: weight {chosen.weight:g} (score {chosen.score:.2f}) -> {args.model_dir}")
 
 
