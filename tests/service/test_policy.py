@@ -57,7 +57,7 @@ def test_cost_guidance_pushes_the_mean_away_from_more_cost_to_go(tmp_path: Path)
 def test_cost_guidance_outside_its_range_is_refused(tmp_path: Path) -> None:
     directory = write_test_policy(tmp_path / "toy")
     edit_card(directory, cost_guidance={"weight": -1.0, "shift": 40.0})
-    with pytest.raises(PolicyLoadError, match="cost_guidance.weight"):
+    with pytest.raises(PolicyLoadError, match=r"cost_guidance\.weight"):
         Policy.load(directory)
 
 

@@ -173,8 +173,8 @@ class TrainConfig:
     fail_fast_min_effect: float = 0.005
     """The probe's least mean |action change| (normalised actions) when the cost-to-go of every
     position in a recorded window is raised by the largest eval budget: a dead token. Runs that
-    went on to follow the budget on CarCircle moved by 0.012-0.027 (docs/decisions/return-tokens.md),
-    so the probe only catches a token that does nothing; the mean-action cost check does the rest."""
+    went on to follow the budget on CarCircle moved by 0.012-0.027 (docs/training.md, "fail
+    fast"), so the probe only catches a token that does nothing; the cost check does the rest."""
     log_every: int = 50
     """Write training scalars every this many steps."""
     checkpoint_every: int = 1_000
