@@ -8,7 +8,7 @@ them and prints one row per model, in minutes:
     python bench/pipeline_stages.py --runs-dir runs --goal-minutes 90
 
 Collection is shown apart: the goal (issue "every paper task on two CPU cores") counts from a
-dataset to a served model, i.e. train + select + export + calibrate + evaluate.
+dataset to a served model, i.e. train + select + export + guidance or calibrate + evaluate.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-STAGES = ("collect", "train", "select", "export", "calibrate", "evaluate")
+STAGES = ("collect", "train", "select", "export", "guidance", "calibrate", "evaluate")
 SERVED_FROM_DATASET = STAGES[1:]
 
 
