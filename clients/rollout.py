@@ -194,14 +194,24 @@ def run_rollouts(config: RolloutConfig) -> list[EpisodeOutcome]:
                 f"the server has no model {config.model!r}; it serves {sorted(models)}"
             )
         model = models[config.model]
-        env = make_env(config.task or model.task)
+        task = config.task or model.task
+        env = make_env(task)
         _check_task(env, model, config.task, config.force)
         check_schedule(config.cost_schedule, episode_length(env, model))
-        seed_simulator(config.seed)
+        env.close()
         outcomes = []
         for index in tqdm(range(config.episodes), desc=f"rollout {config.model}", unit="episode"):
-            outcomes.append(run_episode(client, env, model, config, config.seed + index))
-        env.close()
+            # A fresh simulator per episode, seeded by the episode's own seed: Bullet-Safety-Gym's
+            # drones keep state across `reset` (a reused env cost 18 where a fresh one cost 0,
+            # docs/decisions/budget-guard.md), and seed s must give one episode whatever runs
+            # before it.
+            seed = config.seed + index
+            seed_simulator(seed)
+            env = make_env(task)
+            try:
+                outcomes.append(run_episode(client, env, model, config, seed))
+            finally:
+                env.close()
     return outcomes
 
 

@@ -146,3 +146,12 @@ def test_rollout_cli_refuses_bad_input_in_one_line(
         main(["--model", "toy", "--server", "http://127.0.0.1:9", *argv])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_an_episode_is_the_same_whatever_ran_before_it(ballrun_url: str) -> None:
+    # seed 6 alone, and seed 6 after seed 5 in the same rollout: one episode, the same figures
+    together = run_rollouts(RolloutConfig(server=ballrun_url, model="toy", episodes=2, seed=5))
+    alone = run_rollouts(RolloutConfig(server=ballrun_url, model="toy", episodes=1, seed=6))
+    assert (together[1].reward, together[1].cost) == (alone[0].reward, alone[0].cost)
+    assert together[0].reward != together[1].reward
