@@ -231,6 +231,8 @@ def export_checkpoint(
 
 
 def quiet_exporter_logs() -> None:
-    """Silence the exporter's harmless notes (constant folding, torchvision ops we never use)."""
+    """Silence the exporter's harmless notes (constant folding, torchvision ops we never use,
+    one line per deduplicated initializer under a caller's INFO logging, as `cdt pipeline`'s)."""
     logging.getLogger("onnxscript").setLevel(logging.ERROR)
+    logging.getLogger("onnx_ir").setLevel(logging.WARNING)
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
