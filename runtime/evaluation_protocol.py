@@ -8,7 +8,7 @@ test"). Scores are the paper's (section 5), from `runtime.scores`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 import numpy as np
@@ -269,6 +269,15 @@ def flat_budgets(
         for budget, reward in frontier.items()
         if budget > min(frontier) and reward - tightest < min_rise * reward_range
     )
+
+
+def on_frontier(
+    rule: SelectionRule, default_targets: Sequence[TargetLike], reward_span: float
+) -> SelectionRule:
+    """`rule` with the budget-use test off where the data's frontier is flat (`flat_budgets`):
+    the default targets are PF(budget) plus one offset, so their differences are PF's."""
+    frontier = {float(target.cost): float(target.reward) for target in default_targets}
+    return replace(rule, flat_budgets=flat_budgets(frontier, reward_span))
 
 
 def describe(rows: Sequence[BudgetRow]) -> str:

@@ -253,14 +253,18 @@ def guide(config: PipelineConfig) -> None:
         logger.warning("no guidance weight keeps the budgets: the model ships unguided, unsafe")
 
 
-def _guided(config: PipelineConfig) -> bool:
-    """Has guidance finished on this model, or does its preset calibrate instead?"""
-    if config.preset == "paper":
-        return True
+def _finished(config: PipelineConfig, record_key: str) -> bool:
+    """Has the stage that writes `evaluation[record_key]` of the model's card finished? An
+    interrupted one left its rows there, unfinished: it runs again."""
     if not (config.model_dir / CARD_FILE).is_file():
         return False
-    record = (read_card(config.model_dir).evaluation or {}).get("guidance") or {}
+    record = (read_card(config.model_dir).evaluation or {}).get(record_key) or {}
     return bool(record.get("finished"))
+
+
+def _guided(config: PipelineConfig) -> bool:
+    """Has guidance finished on this model, or does its preset calibrate instead?"""
+    return config.preset == "paper" or _finished(config, "guidance")
 
 
 def calibrate(config: PipelineConfig) -> None:
@@ -273,16 +277,10 @@ def calibrate(config: PipelineConfig) -> None:
 
 
 def _calibrated(config: PipelineConfig) -> bool:
-    """Has calibration finished on this model (whether or not a calibration counted)? An
-    interrupted one left its rows in the card, unfinished: it runs again. `cpu-budget` and `cpu`
-    models are guided instead (docs/decisions/cost-guidance.md)."""
-    if config.preset != "paper":
-        return True
-    if not (config.model_dir / CARD_FILE).is_file():
-        return False
-    record_key = CALIBRATIONS[True].record_key  # the mean action's: the stage calibrates it
-    record = (read_card(config.model_dir).evaluation or {}).get(record_key) or {}
-    return bool(record.get("finished"))
+    """Has calibration finished on this model (whether or not a calibration counted)?
+    `cpu-budget` and `cpu` models are guided instead (docs/decisions/cost-guidance.md)."""
+    # the mean action's record: the stage calibrates it
+    return config.preset != "paper" or _finished(config, CALIBRATIONS[True].record_key)
 
 
 def evaluate(config: PipelineConfig) -> None:

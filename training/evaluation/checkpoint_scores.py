@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from runtime.card import CardTarget
 from runtime.context import WINDOW_NAMES
 from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec
 from runtime.evaluation_protocol import (
@@ -27,7 +28,7 @@ from runtime.evaluation_protocol import (
     SelectionRule,
     action_mode,
     describe,
-    flat_budgets,
+    on_frontier,
     selection_specs,
     summarise,
 )
@@ -134,11 +135,10 @@ def selection_rule(config: TrainConfig, dataset_info: dict[str, Any]) -> Selecti
 
 
 def for_data(rule: SelectionRule, dataset_info: dict[str, Any]) -> SelectionRule:
-    """`rule` with the budget-use test off where the data's frontier is flat (`flat_budgets`):
-    the default targets are PF(budget) plus one offset, so their differences are PF's."""
-    frontier = {float(t["cost"]): float(t["reward"]) for t in dataset_info["default_targets"]}
+    """`rule` on a run's data (`on_frontier`): its default targets and reward range."""
+    targets = [CardTarget.model_validate(target) for target in dataset_info["default_targets"]]
     span = float(dataset_info["reward_return_max"]) - float(dataset_info["reward_return_min"])
-    return dataclasses.replace(rule, flat_budgets=flat_budgets(frontier, span))
+    return on_frontier(rule, targets, span)
 
 
 def score_checkpoint(

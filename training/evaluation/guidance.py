@@ -32,7 +32,7 @@ from runtime.evaluation_protocol import (
     BudgetRow,
     SelectionRule,
     describe,
-    flat_budgets,
+    on_frontier,
     selection_specs,
     summarise,
 )
@@ -77,17 +77,21 @@ class WeightResult:
 
 
 def rule_for(card: ModelCard, max_share_over: float) -> SelectionRule:
-    """The selection rule for this card's data: budget use is not asked where its frontier is
-    flat (the card's default targets are PF(budget) plus one offset)."""
-    frontier = {target.cost: target.reward for target in card.default_targets or []}
+    """The selection rule on this card's data (`on_frontier`), with `max_share_over`."""
     reward_range = card.reward_return_range
     span = 0.0 if reward_range is None else reward_range[1] - reward_range[0]
-    return SelectionRule(max_share_over=max_share_over, flat_budgets=flat_budgets(frontier, span))
+    rule = SelectionRule(max_share_over=max_share_over)
+    return on_frontier(rule, card.default_targets or [], span)
 
 
 def guided_version(version: str, weight: float) -> str:
     """The card's version marked with the guidance weight (replacing an earlier mark)."""
     return _GUIDED_MARK.sub("", version) + f"+guided{weight:g}"
+
+
+def guidance_at(weight: float, shift: float) -> CostGuidance | None:
+    """The card's guidance for `weight` (None for 0: the plain policy)."""
+    return CostGuidance(weight=weight, shift=shift) if weight > 0 else None
 
 
 def _guided_copy(model_dir: Path, into: Path, guidance: CostGuidance | None) -> Path:
@@ -98,6 +102,12 @@ def _guided_copy(model_dir: Path, into: Path, guidance: CostGuidance | None) -> 
     card["cost_guidance"] = None if guidance is None else guidance.model_dump()
     (into / CARD_FILE).write_text(json.dumps(card))
     return into
+
+
+def judged(weight: float, rows: list[BudgetRow], rule: SelectionRule) -> WeightResult:
+    """One weight's rows under `rule`."""
+    failures = rule.failures(rows)
+    return WeightResult(weight, rows, not failures, rule.score(rows), failures)
 
 
 def measure_weights(
@@ -120,8 +130,9 @@ def measure_weights(
     results = []
     with tempfile.TemporaryDirectory(prefix="cdt-guidance-") as scratch:
         for weight in weights:
-            guidance = CostGuidance(weight=weight, shift=shift) if weight > 0 else None
-            copy = _guided_copy(model_dir, Path(scratch) / f"w{weight:g}", guidance)
+            copy = _guided_copy(
+                model_dir, Path(scratch) / f"w{weight:g}", guidance_at(weight, shift)
+            )
             jobs = [
                 RolloutJob(
                     str(copy),
@@ -137,23 +148,16 @@ def measure_weights(
             rows = summarise(
                 run_parallel(jobs, workers, f"guidance weight {weight:g}"), reward_range
             )
-            failures = rule.failures(rows)
-            result = WeightResult(weight, rows, not failures, rule.score(rows), failures)
+            result = judged(weight, rows, rule)
             logger.info(
                 "weight %g: %s, score %.2f; %s",
                 weight,
-                "admissible" if result.admissible else "; ".join(failures),
+                "admissible" if result.admissible else "; ".join(result.failures),
                 result.score,
                 describe(rows),
             )
             results.append(result)
     return results
-
-
-def judged(weight: float, rows: list[BudgetRow], rule: SelectionRule) -> WeightResult:
-    """One weight's rows under `rule`."""
-    failures = rule.failures(rows)
-    return WeightResult(weight, rows, not failures, rule.score(rows), failures)
 
 
 def earlier_results(
@@ -238,7 +242,7 @@ def guide_model(
         update_card(model_dir, evaluation=evaluation)
         outcome = "not admissible at any weight"
     else:
-        guidance = CostGuidance(weight=chosen.weight, shift=shift) if chosen.weight else None
+        guidance = guidance_at(chosen.weight, shift)
         update_card(
             model_dir,
             evaluation=evaluation,

@@ -164,7 +164,7 @@ def test_select_calibrates_each_action_mode_when_no_one_scale_serves_both(
     calls: list[float] = []
     monkeypatch.setattr(checkpoint_scores, "evaluate_model", fake_evaluate(calls, 1.2, 0.8))
     # the toy data's frontier is flat; here it rises, so idle loose budgets count as failures
-    monkeypatch.setattr(checkpoint_scores, "flat_budgets", lambda *_: frozenset())
+    monkeypatch.setattr(checkpoint_scores, "for_data", lambda rule, _: rule)
     path, evaluation = select_best(tmp_path, SelectionRule(0.9, 0.2))
     assert calls == [1.0, 0.8, 0.6]
     assert evaluation["admissible"] and not evaluation["failures"]
