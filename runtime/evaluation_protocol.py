@@ -171,24 +171,28 @@ class SelectionRule:
     (`flat_budgets`): there a policy that leaves the budget unspent loses almost no reward, so
     leaving it idle is no failure (DroneRun: PF(10/20/40) = 385 / 388 / 418)."""
 
-    def _row_safety_failures(self, row: BudgetRow) -> list[str]:
-        """Whether the row's mean cost passes the margin, or its share of episodes over the
-        budget passes the limit, as reasons a person can act on."""
-        where = f"kappa {row.target_cost:g} {action_mode(row.deterministic)}"
+    def safety_failures(self, row: BudgetRow) -> list[str]:
+        """How the row goes over (empty: it is safe): its mean cost past the margin, or its
+        share of episodes over the budget past the limit. Calibration's neighbour rule reads it
+        on its own, without the idle test."""
         failures = []
         if row.cost_mean > self.cost_margin * row.target_cost:
             failures.append(
-                f"{where}: mean cost {row.cost_mean / row.target_cost:.3f} x budget"
-                f" > {self.cost_margin:g}"
+                f"mean cost {row.cost_mean / row.target_cost:.3f} x budget > {self.cost_margin:g}"
                 if row.target_cost > 0
-                else f"{where}: mean cost {row.cost_mean:g} at budget 0"
+                else f"mean cost {row.cost_mean:g} at budget 0"
             )
         if row.share_over_budget > self.max_share_over:
             failures.append(
-                f"{where}: {row.share_over_budget:.0%} of episodes over budget"
-                f" > {self.max_share_over:.0%}"
+                f"{row.share_over_budget:.0%} of episodes over budget > {self.max_share_over:.0%}"
             )
         return failures
+
+    def _row_safety_failures(self, row: BudgetRow) -> list[str]:
+        """`safety_failures`, each naming the budget and action mode: reasons a person can act
+        on."""
+        where = f"kappa {row.target_cost:g} {action_mode(row.deterministic)}"
+        return [f"{where}: {failure}" for failure in self.safety_failures(row)]
 
     def _row_idle_failures(self, row: BudgetRow, tightest: float) -> list[str]:
         """Whether a budget above `tightest` (the tightest evaluated) is left unused."""

@@ -5,6 +5,11 @@ are tested on hand-made rows. `calibrate.py` measures with the served forward pa
 card. The rules (loosest budget first): a scale counts when its row passes the selection rule,
 a tighter budget is fed no more than a looser one and earns clearly less (or, on a flat reward,
 no more), and it leaves a mid-episode tightening to the tightest budget room to be kept.
+
+Neighbour rule: a scale counts only when the next larger and the next smaller candidate at that
+budget (where they exist and may be fed) are safe too, so that no choice sits on a cliff edge.
+Open grid: while the largest candidate passes, the grid grows above it by GRID_GROWTH up to
+GRID_CAP, so that the grid does not make the choice.
 """
 
 from __future__ import annotations
@@ -28,16 +33,28 @@ class PacedRow:
 Measure = Callable[[float, float], PacedRow]
 """(budget, scale) -> the action mode's paced row on the selection seeds."""
 
+GRID_GROWTH = 1.25
+"""Above the largest candidate scale, each step of the open grid is this much larger: a little
+coarser than the default grid's top steps (x1.6 -> 1.8 -> 2.0), so that few rows reach the cap."""
+
+GRID_CAP = 8.0
+"""The open grid's largest scale: a budget whose cost does not follow what it is fed would grow
+the grid for ever. From x2.0 the steps are x2.5, 3.1, 3.9, 4.9, 6.1, 7.6 and 8: at most 7 rows."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Measurement:
-    """One (budget, scale) tried and why it does not count (empty: it does). A pace reference
-    is the graph's own scale, measured for the pacing limit rather than tried."""
+    """One (budget, scale) tried and why it does not count (empty: it does, unless a note says
+    it was measured beside the choice). A pace reference is the graph's own scale, measured for
+    the pacing limit rather than tried."""
 
     scale: float
     paced: PacedRow
     failures: list[str]
     pace_reference: bool = False
+    notes: tuple[str, ...] = ()
+    """What its failures do not say: that the grid's cap stopped the search there, or that it
+    lies below the chosen scale, measured as its lower neighbour or as the grid opened upward."""
 
     @property
     def row(self) -> BudgetRow:
@@ -63,6 +80,34 @@ def clearly_above(tighter: BudgetRow, looser: BudgetRow) -> bool:
     return _reward_interval(tighter)[0] > _reward_interval(looser)[1]
 
 
+@dataclasses.dataclass(frozen=True)
+class _Verdict:
+    """One scale's row judged on its own, before the neighbour rule."""
+
+    paced: PacedRow
+    failures: list[str]
+    plateau: bool
+    """Its one failure is a reward not clearly below the looser budget's, nor clearly above it:
+    the plateau fallback may take it."""
+
+    @property
+    def acceptable(self) -> bool:
+        """It counts, or the plateau fallback may take it, if its neighbours are safe."""
+        return not self.failures or self.plateau
+
+
+def grid_step_up(scale: float) -> float:
+    """The open grid's next scale above `scale`: GRID_GROWTH larger, to two significant digits
+    (a readable card), and no larger than GRID_CAP."""
+    return min(GRID_CAP, float(f"{scale * GRID_GROWTH:.2g}"))
+
+
+def neighbours(candidates: Sequence[float], i: int) -> list[float]:
+    """Candidate i's neighbours in a grid sorted largest first: the next larger and the next
+    smaller candidate, where they exist."""
+    return [*candidates[max(i - 1, 0) : i], *candidates[i + 1 : i + 2]]
+
+
 def choose_scales(
     measure: Measure,
     budgets: Sequence[float],
@@ -71,18 +116,24 @@ def choose_scales(
     graph_scale: float,
     on_measured: Callable[[Measurement], object] = lambda measurement: None,
 ) -> tuple[list[BudgetScale] | None, list[Measurement]]:
-    """The chosen scale per budget (None when a budget has none that counts) and every row."""
+    """The chosen scale per budget (None when a budget has none that counts) and every row.
+
+    `on_measured` sees each row once its verdict is final, that is once its neighbours are
+    measured too."""
     tightest = min(budgets)
     chosen: list[tuple[BudgetScale, BudgetRow]] = []
     measured: list[Measurement] = []
     rows: dict[tuple[float, float], PacedRow] = {}
 
+    def report(measurement: Measurement) -> None:
+        measured.append(measurement)
+        on_measured(measurement)
+
     def paced_row(budget: float, scale: float, pace_reference: bool = False) -> PacedRow:
         if (budget, scale) not in rows:
             rows[budget, scale] = measure(budget, scale)
             if pace_reference:
-                measured.append(Measurement(scale, rows[budget, scale], [], pace_reference=True))
-                on_measured(measured[-1])
+                report(Measurement(scale, rows[budget, scale], [], pace_reference=True))
         return rows[budget, scale]
 
     def pace_limit(budget: float) -> float:
@@ -91,40 +142,108 @@ def choose_scales(
         # controller's 60 -> 10 at mid-episode found the budget gone.
         return max(tightest, paced_row(budget, graph_scale, pace_reference=True).cost_by_half)
 
-    for budget in sorted(budgets, reverse=True):
-        looser = chosen[-1] if chosen else None
-        found = plateau = None
-        for scale in sorted(scales, reverse=True):
-            if looser is not None and scale * budget > looser[0].fed:
-                continue  # a tighter budget must not be fed more than a looser one
-            paced = paced_row(budget, scale)
-            row = paced.row
-            failures = rule.row_failures(row, tightest)
-            # the graph's row is measured only when a candidate spends past the tightest budget
-            limit = pace_limit(budget) if paced.cost_by_half > tightest else tightest
-            if paced.cost_by_half > limit:
-                failures.append(
-                    f"kappa {budget:g} {action_mode(row.deterministic)}: spent"
-                    f" {paced.cost_by_half:.1f} by half the episode"
-                    f" > {limit:.1f} (a tightening to kappa {tightest:g} then)"
-                )
-            if looser is not None and not clearly_below(row, looser[1]):
-                if not failures and not clearly_above(row, looser[1]):
-                    plateau = plateau or (BudgetScale(budget=budget, scale=scale), row)
-                failures.append(
-                    f"kappa {budget:g} {action_mode(row.deterministic)}: reward"
-                    f" {row.reward_mean:.1f} not clearly below"
-                    f" kappa {looser[0].budget:g}'s {looser[1].reward_mean:.1f}"
-                )
-            measured.append(Measurement(scale, paced, failures))
-            on_measured(measured[-1])
-            if not failures:
-                found = (BudgetScale(budget=budget, scale=scale), row)
+    def judge(
+        budget: float, scale: float, looser: tuple[BudgetScale, BudgetRow] | None
+    ) -> _Verdict:
+        paced = paced_row(budget, scale)
+        row = paced.row
+        failures = rule.row_failures(row, tightest)
+        # the graph's row is measured only when a candidate spends past the tightest budget
+        limit = pace_limit(budget) if paced.cost_by_half > tightest else tightest
+        if paced.cost_by_half > limit:
+            failures.append(
+                f"kappa {budget:g} {action_mode(row.deterministic)}: spent"
+                f" {paced.cost_by_half:.1f} by half the episode"
+                f" > {limit:.1f} (a tightening to kappa {tightest:g} then)"
+            )
+        plateau = False
+        if looser is not None and not clearly_below(row, looser[1]):
+            plateau = not failures and not clearly_above(row, looser[1])
+            failures.append(
+                f"kappa {budget:g} {action_mode(row.deterministic)}: reward"
+                f" {row.reward_mean:.1f} not clearly below"
+                f" kappa {looser[0].budget:g}'s {looser[1].reward_mean:.1f}"
+            )
+        return _Verdict(paced, failures, plateau)
+
+    def grid(budget: float, looser: tuple[BudgetScale, BudgetRow] | None) -> list[float]:
+        """The candidate scales at `budget`, largest first. While the largest passes on its
+        own (or the plateau fallback may take it), the next step up joins them, up to GRID_CAP
+        and as long as it feeds no more than the looser budget."""
+
+        def may_feed(scale: float) -> bool:  # a tighter budget is fed no more than a looser one
+            return looser is None or scale * budget <= looser[0].fed
+
+        candidates = [scale for scale in sorted(set(scales), reverse=True) if may_feed(scale)]
+        if not candidates or candidates[0] < max(scales):
+            return candidates  # the looser budget's feed caps the choice, not the grid
+        while candidates[0] < GRID_CAP and judge(budget, candidates[0], looser).acceptable:
+            larger = grid_step_up(candidates[0])
+            if not may_feed(larger):
                 break
+            candidates.insert(0, larger)
+        return candidates
+
+    def unsafe_neighbours(budget: float, beside: Sequence[float]) -> list[str]:
+        """Why a neighbour's row is a cliff edge next to the scale (empty: none is)."""
+        failures = []
+        for scale in beside:
+            row = paced_row(budget, scale).row
+            if reasons := rule.safety_failures(row):
+                failures.append(
+                    f"kappa {budget:g} {action_mode(row.deterministic)}: neighbour x{scale:g}"
+                    f" goes over ({'; '.join(reasons)})"
+                )
+        return failures
+
+    def report_below(
+        budget: float,
+        candidates: Sequence[float],
+        i: int,
+        looser: tuple[BudgetScale, BudgetRow] | None,
+    ) -> None:
+        """Reports the rows measured below the chosen candidate i, each judged on its own (a
+        candidate no longer, since a larger scale counts): its lower neighbour, and the rows the
+        grid measured on its way up."""
+        scale = candidates[i]
+        climbed = [lower for lower in candidates[i + 2 :] if lower >= max(scales)]
+        for j, lower in enumerate([*candidates[i + 1 : i + 2], *climbed]):
+            verdict = judge(budget, lower, looser)
+            note = (
+                f"measured as the chosen x{scale:g}'s lower neighbour"
+                if j == 0
+                else f"measured as the grid opened upward, below the chosen x{scale:g}"
+            )
+            report(Measurement(lower, verdict.paced, verdict.failures, notes=(note,)))
+
+    def choose(
+        budget: float, looser: tuple[BudgetScale, BudgetRow] | None
+    ) -> tuple[BudgetScale, BudgetRow] | None:
+        candidates = grid(budget, looser)
+        plateau = None
+        for i, scale in enumerate(candidates):
+            verdict = judge(budget, scale, looser)
+            cliff: list[str] = []
+            notes: tuple[str, ...] = ()
+            if verdict.acceptable:
+                # the top candidate has no upper neighbour: the grid's cap, or a larger scale
+                # would feed more than the looser budget
+                cliff = unsafe_neighbours(budget, neighbours(candidates, i))
+                if i == 0 and scale >= GRID_CAP:
+                    notes = (f"the grid's cap (x{GRID_CAP:g}): no larger scale tried",)
+            report(Measurement(scale, verdict.paced, verdict.failures + cliff, notes=notes))
+            if verdict.acceptable and not cliff:
+                if not verdict.failures:
+                    report_below(budget, candidates, i, looser)
+                    return BudgetScale(budget=budget, scale=scale), verdict.paced.row
+                plateau = plateau or (BudgetScale(budget=budget, scale=scale), verdict.paced.row)
         # Where no scale earns clearly less, the reward is flat in the budget (BallRun's mean
         # action earns 236-242 at kappa 5 whatever it is fed, 236.7 at 10): take the largest
         # scale that earns no more than the looser budget does.
-        found = found or plateau
+        return plateau
+
+    for budget in sorted(budgets, reverse=True):
+        found = choose(budget, chosen[-1] if chosen else None)
         if found is None:
             return None, measured
         chosen.append(found)

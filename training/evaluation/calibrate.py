@@ -9,10 +9,20 @@ the served forward pass; a tighter budget may neither be fed more than a looser 
 reward that is not clearly below it (where no scale earns clearly less, the largest that earns no
 more). Nor may a scale spend more by half the episode than the tightest budget, unless the
 graph's own scale spends more there too (then no more than it): a controller that tightens the
-budget at mid-episode must find it left. The chosen scales go to the card's
-`mean_action_budget_scales` or `sampled_budget_scales` (the service interpolates between them),
-every measured row to its `evaluation.calibration` (`calibration_sampled`), written after each
-measurement. The search itself is `budget_scales.choose_scales`.
+budget at mid-episode must find it left.
+
+No cliff edges: a scale counts only if the next larger and the next smaller candidate at its
+budget (where they exist and may be fed) are safe too, their mean cost within the margin and
+their share of episodes over budget within the limit; so the search measures the chosen scale's
+lower neighbour as well. The grid does not cap the choice: while the largest candidate passes,
+the grid opens upward by x1.25 steps (`budget_scales.GRID_GROWTH`) up to x8 (`GRID_CAP`, noted on
+its row when reached), never feeding a tighter budget more than a looser one.
+
+The chosen scales go to the card's `mean_action_budget_scales` or `sampled_budget_scales` (the
+service interpolates between them), every measured row to its `evaluation.calibration`
+(`calibration_sampled`), written as each row's verdict is final, with `online_episodes` (the
+episodes behind every row in it, reused ones included) and `new_online_episodes` (those this run
+measured). The search itself is `budget_scales.choose_scales`.
 """
 
 from __future__ import annotations
@@ -40,14 +50,22 @@ from runtime.evaluation_protocol import (
 )
 from runtime.policy import ONNX_FILE, Policy
 from runtime.user_errors import UserError, exit_on_user_errors
-from training.evaluation.budget_scales import Measure, Measurement, PacedRow, choose_scales
+from training.evaluation.budget_scales import (
+    GRID_CAP,
+    GRID_GROWTH,
+    Measure,
+    Measurement,
+    PacedRow,
+    choose_scales,
+)
 from training.evaluation.evaluate import onnx_episode_policy, run_in_chunks
 from training.evaluation.inputs import load_policy
 
 logger = logging.getLogger(__name__)
 
 SCALES = (2.0, 1.8, 1.6, 1.4, 1.2, 1.1, 1.0, 0.9, 0.8, 0.7, 0.6)
-"""Candidate scales, largest first (the network is fed scale x the budget left)."""
+"""Candidate scales, largest first (the network is fed scale x the budget left); the search
+opens the grid above x2.0 where it passes (`budget_scales.GRID_CAP`)."""
 
 SAMPLED_MAX_SHARE_OVER = 0.1
 """The share of sampled episodes over budget a scale may let through on the selection seeds.
@@ -136,25 +154,39 @@ def calibrated_version(version: str, deterministic: bool) -> str:
     return graph + "".join(sorted(marks | {CALIBRATIONS[deterministic].version_mark}))
 
 
+def online_episodes(measured: Sequence[Measurement]) -> int:
+    """The simulator episodes behind the rows: each (budget, scale) once, though a pace
+    reference may be reported again as a candidate."""
+    runs = {(m.row.target_cost, m.scale): m.row.episodes for m in measured}
+    return sum(runs.values())
+
+
 def _record(
     graph: str,
     deterministic: bool,
     chosen: list[BudgetScale] | None,
     measured: list[Measurement],
     episodes: int,
+    measured_anew: set[tuple[float, float]],
     finished: bool = True,
 ) -> dict[str, Any]:
-    """What the card keeps of a calibration; `finished` is False while rows are still coming."""
+    """What the card keeps of a calibration; `finished` is False while rows are still coming.
+    `measured_anew`: the (budget, scale) rows this run measured, not reused from an earlier
+    one."""
+    anew = [m for m in measured if (m.row.target_cost, m.scale) in measured_anew]
     return {
         "graph": graph,
         "finished": finished,
         "action_mode": action_mode(deterministic),
         "episodes": episodes,
         "seeds": "selection",
+        "online_episodes": online_episodes(measured),
+        "new_online_episodes": online_episodes(anew),
         "chosen": None if chosen is None else [point.model_dump() for point in chosen],
         "rows": [
             {"scale": m.scale, "failures": m.failures}
             | ({"pace_reference": True} if m.pace_reference else {})
+            | ({"notes": list(m.notes)} if m.notes else {})
             | dataclasses.asdict(m.row)
             | {"cost_by_half_episode": m.paced.cost_by_half}
             for m in measured
@@ -190,7 +222,7 @@ def calibrate_model(
 ) -> list[BudgetScale] | None:
     """Calibrate the exported policy in `model_dir` in one action mode and write its card: the
     chosen scales (None when a budget has none that counts: the card's calibration is then left
-    as it was) and every measured row, after each measurement. The default rule lets
+    as it was) and every measured row, as each row's verdict is final. The default rule lets
     SAMPLED_MAX_SHARE_OVER of sampled episodes over budget."""
     policy = load_policy(model_dir, writes_card=True)
     budgets = budgets or default_budgets(policy.card)
@@ -204,10 +236,11 @@ def calibrate_model(
     if earlier:
         logger.info("reusing %d rows measured earlier on this graph", len(earlier))
     measured_so_far: list[Measurement] = []
+    measured_anew: set[tuple[float, float]] = set()
 
     def on_measured(measurement: Measurement) -> None:
         measured_so_far.append(measurement)
-        verdict = "counts" if not measurement.failures else "; ".join(measurement.failures)
+        verdict = "; ".join(measurement.failures) or "passes"
         if measurement.pace_reference:
             verdict = "the graph's own scale (pacing reference)"
         logger.info(
@@ -215,22 +248,34 @@ def calibrate_model(
             measurement.scale,
             describe([measurement.row]),
             measurement.paced.cost_by_half,
-            verdict,
+            "; ".join([verdict, *measurement.notes]),
         )
         evaluation[where.record_key] = _record(
-            graph, deterministic, None, measured_so_far, episodes, finished=False
+            graph,
+            deterministic,
+            None,
+            measured_so_far,
+            episodes,
+            measured_anew,
+            finished=False,
         )
         update_card(model_dir, evaluation=evaluation)
 
     measure_anew = row_measurer(policy, episodes, deterministic)
 
     def measure(budget: float, scale: float) -> PacedRow:
-        return earlier.get((budget, scale)) or measure_anew(budget, scale)
+        if (budget, scale) in earlier:
+            return earlier[budget, scale]
+        paced = measure_anew(budget, scale)
+        measured_anew.add((budget, scale))
+        return paced
 
     chosen, measured = choose_scales(
         measure, budgets, scales, rule, policy.card.budget_scale, on_measured
     )
-    evaluation[where.record_key] = _record(graph, deterministic, chosen, measured, episodes)
+    evaluation[where.record_key] = _record(
+        graph, deterministic, chosen, measured, episodes, measured_anew
+    )
     if chosen is None:
         update_card(model_dir, evaluation=evaluation)
         return None
@@ -260,7 +305,12 @@ def _parser() -> argparse.ArgumentParser:
         help="cost budgets (default: the card's cost-curve targets in its validated range)",
     )
     parser.add_argument(
-        "--scales", type=positive_float, nargs="+", default=list(SCALES), help="candidate scales"
+        "--scales",
+        type=positive_float,
+        nargs="+",
+        default=list(SCALES),
+        help="candidate scales; while the largest passes, the grid opens upward by"
+        f" x{GRID_GROWTH:g} steps up to x{GRID_CAP:g}",
     )
     parser.add_argument(
         "--episodes", type=positive_int, default=60, help="selection episodes per row"
