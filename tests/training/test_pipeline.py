@@ -161,8 +161,13 @@ def test_pipeline_smoke_runs_every_stage_on_a_tiny_dataset(
     ]  # a checkpoint every 10 of its 20 steps, both selected from
     card = read_card(config.model_dir)
     assert card.training_config is not None and card.training_config["update_steps"] == 20
-    assert (card.evaluation or {})["protocol"]["rows"][0]["episodes"] == 1
+    evaluation = card.evaluation or {}
+    assert evaluation["protocol"]["rows"][0]["episodes"] == 1
+    # as served (guard on), with the model alone beside it
+    assert {row["budget_guard"] for row in evaluation["protocol"]["rows"]} == {True}
+    assert {row["budget_guard"] for row in evaluation["protocol/unguarded"]["rows"]} == {False}
     assert config.report.is_file()
+    assert config.report.with_name("evaluation_protocol_unguarded.json").is_file()
     totals = json.loads(config.stage_seconds.read_text())
     assert list(totals) == ["train", "select", "export", "guidance", "evaluate"]  # data was there
     assert (card.evaluation or {})["guidance"]["finished"]
