@@ -46,7 +46,6 @@ import argparse
 import importlib
 import importlib.machinery
 import importlib.util
-import subprocess
 import sys
 import tempfile
 import time
@@ -343,22 +342,6 @@ def measure(sides: list[Side], steps: int, rounds: int, threads: int) -> None:
             side.cpu = min(side.cpu, (time.process_time() - cpu) / steps)
 
 
-def describe_cpu() -> str:
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return "CPU: (lscpu unavailable)"
-    fields = {}
-    for line in lscpu.splitlines():
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
-    flags = fields.get("Flags", "").split()
-    amx = any(flag.startswith("amx") for flag in flags)
-    return (
-        f"CPU: {fields.get('Model name', '?')}; avx512_bf16: {'avx512_bf16' in flags}; amx: {amx}"
-    )
-
-
 def check_osrl(osrl: Path | None) -> Path:
     """The clone's root, or a one-line error and exit status 2."""
     if osrl is None or not (osrl / CDT_FILE).is_file() or not (osrl / CONFIG_FILE).is_file():
@@ -395,7 +378,9 @@ def main() -> None:
         ours, our_loss = our_side(our_config(dataset, Path(workdir), args.threads), args.batch_size)
         measure([theirs, ours], args.steps, args.rounds, args.threads)
 
-    print(describe_cpu())
+    from training.ledger import cpu_name
+
+    print(f"CPU: {cpu_name()}")
     print(
         f"torch {torch.__version__}, fp32, {args.threads} threads, batch {args.batch_size}, "
         f"best of {args.rounds} interleaved rounds of {args.steps} steps after 1 warm-up step"

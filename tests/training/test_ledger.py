@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from training.ledger import LedgerEntry, format_ledger, ledger_path, read_ledger, record
+from training.ledger import LedgerEntry, cpu_kind, format_ledger, ledger_path, read_ledger, record
 
 
 def test_ledger_appends_one_line_per_run_and_reads_them_back(
@@ -29,3 +29,16 @@ def test_ledger_off_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert ledger_path() is None
     record(LedgerEntry("train", "runs/a", "done"))
     assert read_ledger(tmp_path / "ledger.jsonl") == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "kind"),
+    [
+        (["avx2", "amx_bf16", "amx_tile", "avx512_bf16"], "AMX"),
+        (["avx2", "avx512f", "avx512_bf16"], "AVX-512 BF16"),
+        (["sse4_2", "avx", "avx2"], "AVX2 only"),
+        (["sse4_2"], "no AVX2"),
+    ],
+)
+def test_the_cpu_kind_tells_cpus_of_one_model_name_apart(flags: list[str], kind: str) -> None:
+    assert cpu_kind(flags) == kind
