@@ -108,6 +108,7 @@ def test_main_runs_the_grid_and_writes_both_tables(tmp_path: Path) -> None:
     assert "| CDT | **50.0** ★ | **0.50** |" in markdown  # ties with BC-Safe, broken by name
     assert "Every row acts with the policy's mean action" in markdown
     assert "Gradient steps per training run: BC-Safe 2; BCQ-Lag 2." in markdown
+    assert "not comparable with the paper's Table 1" in markdown  # a reviewer reads why
     calls.clear()  # a rerun with --reuse trains and evaluates nothing again
     with pytest.raises(SystemExit) as exit_info:  # the tables are there: replaced only on request
         main([*argv, "--reuse"], evaluate=_fake_evaluate(calls))
