@@ -12,10 +12,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
 from runtime.budget_guard import DEFAULT_GUARD, BudgetGuard
-from runtime.files import write_atomic
+from runtime.files import CARD_FILE, write_atomic
 from runtime.user_errors import UserError
-
-CARD_FILE = "model.json"
 
 
 class CardError(UserError, ValueError):

@@ -16,6 +16,12 @@ from pathlib import Path
 
 from runtime.user_errors import UserError
 
+CARD_FILE = "model.json"
+"""An exported policy's model card, beside its graph (docs/ARTIFACT.md)."""
+ONNX_FILE = "model.onnx"
+"""An exported policy's graph. Both names live here, in a module without pydantic or
+onnxruntime, so that command-line parsers can name them and still answer `--help` fast."""
+
 
 def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Run `write(temporary)` beside `path`, then rename it over `path`.

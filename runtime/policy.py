@@ -21,8 +21,8 @@ import onnxruntime as ort
 from runtime.card import CARD_FILE, CardError, ModelCard
 from runtime.card import read_card as read_model_card
 from runtime.context import WINDOW_NAMES
+from runtime.files import ONNX_FILE
 
-ONNX_FILE = "model.onnx"
 OUTPUT_NAMES = ("action_mean", "action_log_std")
 INPUT_TYPES = {
     "states": "tensor(float)",

@@ -14,9 +14,7 @@ from typing import Annotated
 
 import tyro
 
-from runtime.card import CARD_FILE
-from runtime.files import check_writable, refuse_overwrite
-from runtime.policy import ONNX_FILE
+from runtime.files import CARD_FILE, ONNX_FILE, check_writable, refuse_overwrite
 from runtime.user_errors import UserError, exit_on_user_errors
 
 

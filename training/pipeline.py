@@ -26,17 +26,14 @@ from typing import Literal
 import tyro
 
 from runtime.arguments import AT_LEAST_0, AT_LEAST_1, unmet
-from runtime.card import CARD_FILE, read_card
+from runtime.card import read_card
 from runtime.evaluation_protocol import SELECTION_BUDGET_SCALES, SelectionRule
-from runtime.files import check_writable, write_atomic
-from runtime.policy import ONNX_FILE
+from runtime.files import CARD_FILE, ONNX_FILE, check_writable, write_atomic
 from runtime.sim import check_task
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.card_update import record_evaluation
 from training.collect.cli import CollectConfig
 from training.data.dataset import load_dataset
-from training.evaluation.calibrate import CALIBRATIONS, calibrate_model
-from training.evaluation.evaluate import evaluate_protocol, write_report
 from training.learn.config import PRESETS, parse_config
 from training.ledger import cpu_name
 from training.train_cli import check_config, check_device
@@ -271,6 +268,9 @@ def _guided(config: PipelineConfig) -> bool:
 
 
 def calibrate(config: PipelineConfig) -> None:
+    # imported here, as the other stages' modules are: `cdt pipeline --help` loads none of them
+    from training.evaluation.calibrate import calibrate_model
+
     if config.smoke:
         chosen = calibrate_model(config.model_dir, scales=(1.0,), episodes=1)
     else:
@@ -282,6 +282,8 @@ def calibrate(config: PipelineConfig) -> None:
 def _calibrated(config: PipelineConfig) -> bool:
     """Has calibration finished on this model (whether or not a calibration counted)?
     `cpu-budget` and `cpu` models are guided instead (docs/decisions/cost-guidance.md)."""
+    from training.evaluation.calibrate import CALIBRATIONS
+
     # the mean action's record: the stage calibrates it
     return config.preset != "paper" or _finished(config, CALIBRATIONS[True].record_key)
 
@@ -289,6 +291,8 @@ def _calibrated(config: PipelineConfig) -> bool:
 def evaluate(config: PipelineConfig) -> None:
     """The reported protocol as served (budget guard on), and the model alone beside it; the
     guarded report goes last, since its file marks the stage done."""
+    from training.evaluation.evaluate import evaluate_protocol, write_report
+
     for guarded in (False, True):
         result = evaluate_protocol(
             config.model_dir,

@@ -14,6 +14,7 @@ from tests.runtime.toy_env import toy_env_factory
 from tests.training.cdt_synthetic import write_dataset
 from training import pipeline
 from training.collect import collection
+from training.evaluation import calibrate as calibration
 from training.learn import train as training_loop
 from training.learn.interrupt import TrainingInterrupted
 from training.pipeline import PipelineConfig, run_pipeline
@@ -125,7 +126,7 @@ def test_calibration_counts_as_done_once_finished_even_when_none_counted(
     def nothing_counted(model_dir: Path) -> None:
         update_card(model_dir, evaluation={"calibration": {"finished": True, "chosen": None}})
 
-    monkeypatch.setattr(pipeline, "calibrate_model", nothing_counted)
+    monkeypatch.setattr(calibration, "calibrate_model", nothing_counted)  # the stage imports it
     pipeline.calibrate(config)  # the pipeline goes on to evaluate the uncalibrated model
     assert "keeps the graph's budget scale" in caplog.text
     assert pipeline._calibrated(config)

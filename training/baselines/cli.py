@@ -17,9 +17,7 @@ from typing import Annotated
 import tyro
 
 from runtime.arguments import AT_LEAST_1, FINITE_AT_LEAST_0, OPEN_UNIT_INTERVAL, POSITIVE, unmet
-from runtime.card import CARD_FILE
-from runtime.files import check_writable, refuse_overwrite
-from runtime.policy import ONNX_FILE
+from runtime.files import CARD_FILE, ONNX_FILE, check_writable, refuse_overwrite
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.baselines.config import BaselineConfig
 from training.data.dataset import load_dataset
