@@ -21,22 +21,16 @@ from typing import Any
 DEFAULT_LEDGER = Path("reports") / "ledger.jsonl"
 
 
-def cpu_kind(flags: Sequence[str]) -> str:
-    """The instruction set that decides training speed here: bf16 runs ~10x slower without
-    AMX or AVX-512 BF16, and "AMD EPYC" alone does not tell Zen 3 from Zen 4."""
-    if any(flag.startswith("amx") for flag in flags):
-        return "AMX"
-    if "avx512_bf16" in flags:
-        return "AVX-512 BF16"
-    return "AVX2 only" if "avx2" in flags else "no AVX2"
+NATIVE_BF16_FLAGS = {"amx_bf16": "AMX", "avx512_bf16": "AVX-512 BF16"}
+"""The flags of CPUs that multiply bf16 natively (Intel AMX tiles; AMD Zen 4 and later), by the
+kind they name."""
 
 
-def cpu_name() -> str:
-    """The CPU's model name and kind (/proc/cpuinfo), for every figure's provenance, e.g.
-    "AMD EPYC (AVX2 only)"."""
+def read_cpuinfo(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str | None, list[str] | None]:
+    """The first CPU's model name and flags (None where unknown)."""
     name, flags = None, None
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in cpuinfo.read_text().splitlines():
             key, _, value = line.partition(":")
             if key.strip() == "model name" and name is None:
                 name = value.strip()
@@ -44,6 +38,22 @@ def cpu_name() -> str:
                 flags = value.split()
     except OSError:
         pass
+    return name, flags
+
+
+def cpu_kind(flags: Sequence[str]) -> str:
+    """The instruction set that decides training speed here: bf16 runs ~10x slower without
+    AMX or AVX-512 BF16, and "AMD EPYC" alone does not tell Zen 3 from Zen 4."""
+    for flag, kind in NATIVE_BF16_FLAGS.items():
+        if flag in flags:
+            return kind
+    return "AVX2 only" if "avx2" in flags else "no AVX2"
+
+
+def cpu_name() -> str:
+    """The CPU's model name and kind (/proc/cpuinfo), for every figure's provenance, e.g.
+    "AMD EPYC (AVX2 only)"."""
+    name, flags = read_cpuinfo()
     name = name or platform.processor() or "unknown CPU"
     return f"{name} ({cpu_kind(flags)})" if flags is not None else name
 

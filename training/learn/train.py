@@ -57,6 +57,7 @@ from training.learn.state import (
     restore_checkpoint,
     save_checkpoint,
 )
+from training.ledger import NATIVE_BF16_FLAGS, read_cpuinfo
 
 logger = logging.getLogger(__name__)
 
@@ -162,16 +163,10 @@ def train_step(state: TrainState, batch: Batch) -> LossTerms:
     return terms
 
 
-NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # Intel AMX tiles; AVX-512 BF16 (AMD Zen 4+)
-
-
 def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """Does this CPU multiply bf16 natively (where bf16 autocast pays)? False when unknown."""
-    try:
-        flags = set(cpuinfo.read_text().split())
-    except OSError:
-        return False
-    return any(flag in flags for flag in NATIVE_BF16_FLAGS)
+    _, flags = read_cpuinfo(cpuinfo)
+    return flags is not None and any(flag in flags for flag in NATIVE_BF16_FLAGS)
 
 
 def prepare_training(config: TrainConfig) -> TrainState:
