@@ -82,6 +82,15 @@ class LedgerEntry:
     time: str = field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
 
 
+def device_details(device: str) -> dict[str, Any]:
+    """The accelerator a run trained on, for its entry's details ({} on the CPU: `cpu` says it)."""
+    if not device.startswith("cuda"):
+        return {}
+    import torch  # only a run that already trained on the GPU asks, so torch is loaded
+
+    return {"device": device, "gpu": torch.cuda.get_device_name(torch.device(device))}
+
+
 def ledger_path() -> Path | None:
     """Where entries go now (None: `CDT_LEDGER=off`)."""
     value = os.environ.get("CDT_LEDGER", "")

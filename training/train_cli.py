@@ -29,7 +29,7 @@ from runtime.arguments import (
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.data.dataset import read_task
 from training.learn.config import ConfigError, TrainConfig, parse_config
-from training.ledger import LedgerEntry, record
+from training.ledger import LedgerEntry, device_details, record
 
 
 def _flag(name: str) -> str:
@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> None:
                 seed=config.seed,
                 steps=steps,
                 wall_s=time.perf_counter() - started,
+                details=device_details(config.device),
             )
         )
 

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from training.ledger import LedgerEntry, cpu_kind, format_ledger, ledger_path, read_ledger, record
+from training.ledger import (
+    LedgerEntry,
+    cpu_kind,
+    device_details,
+    format_ledger,
+    ledger_path,
+    read_ledger,
+    record,
+)
 
 
 def test_ledger_appends_one_line_per_run_and_reads_them_back(
@@ -42,3 +50,7 @@ def test_ledger_off_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 )
 def test_the_cpu_kind_tells_cpus_of_one_model_name_apart(flags: list[str], kind: str) -> None:
     assert cpu_kind(flags) == kind
+
+
+def test_device_details_are_empty_for_a_cpu_run() -> None:
+    assert device_details("cpu") == {}  # the entry's `cpu` already names the machine

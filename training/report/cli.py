@@ -21,10 +21,8 @@ from runtime.arguments import AT_LEAST_1, POSITIVE, unmet
 from runtime.files import check_writable, refuse_overwrite, write_atomic
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.baselines import ALGORITHMS
-from training.baselines.cli import config_problems as baseline_problems
-from training.evaluation.evaluate import evaluate_policy_dir
 from training.learn.config import ConfigError, parse_config
-from training.ledger import format_ledger, ledger_path, read_ledger
+from training.ledger import cpu_name, format_ledger, ledger_path, read_ledger
 from training.report.config import ReportConfig
 from training.report.grid import (
     SEQUENCE_ALGORITHMS,
@@ -50,9 +48,8 @@ def write_report(
     """Write <stem>.md and <stem>.json under `config.out`; returns both paths."""
     table = build_table(results, config.average)
     markdown, path = output_paths(config)
-    text = render_markdown(
-        table, config.title, command, config.cost_limit, steps_by_algorithm(results)
-    )
+    steps = steps_by_algorithm(results)
+    text = render_markdown(table, config.title, command, config.cost_limit, steps, cpu_name())
     write_atomic(markdown, lambda temporary: temporary.write_text(text))
     payload = {
         "title": config.title,
@@ -67,6 +64,7 @@ def write_report(
             "batch_size": config.train.batch_size,
             "device": config.train.device,
             "cpu_count": os.cpu_count(),
+            "cpu": cpu_name(),
             "evaluation": f"{config.episodes} episodes x {config.eval_seeds} seeds per model",
         },
         "table": table_json(table),
@@ -95,6 +93,9 @@ def config_problems(config: ReportConfig) -> list[str]:
     found += unmet(POSITIVE, {"--cost-limit": config.cost_limit})
     if not config.algorithms or not config.datasets:
         found.append("--algorithms and --datasets must each name at least one")
+    # Imported here, not at the top: it loads h5py and the dataset reader, which --help skips.
+    from training.baselines.cli import config_problems as baseline_problems
+
     found += [f"--train: {problem}" for problem in baseline_problems(config.train)]
     if found or not set(config.algorithms) & set(SEQUENCE_ALGORITHMS):
         return found
@@ -125,7 +126,10 @@ def main(argv: list[str] | None = None, evaluate: EvaluateFunction | None = None
     args = sys.argv[1:] if argv is None else argv
     config = tyro.cli(ReportConfig, args=args, prog="cdt report")
     check_before_running(config)
-    evaluate = evaluate or evaluate_policy_dir
+    if evaluate is None:  # the simulator's evaluator loads onnxruntime and more (~0.7 s)
+        from training.evaluation.evaluate import evaluate_policy_dir
+
+        evaluate = evaluate_policy_dir
     started = time.perf_counter()
     results = run_grid(config, evaluate) + existing_results(config, evaluate)
     command = shlex.join(["cdt", "report", *args])

@@ -82,12 +82,17 @@ class Table:
         return max(safe)[1] if safe else None
 
 
+def _sample_std(values: Sequence[float]) -> float:
+    """The spread a reader expects of "mean +- sd" over seeds (n - 1); 0 for one value."""
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
 def _cell(rewards: Sequence[float], costs: Sequence[float]) -> Cell:
     return Cell(
         reward=float(np.mean(rewards)),
         cost=float(np.mean(costs)),
-        reward_std=float(np.std(rewards)),
-        cost_std=float(np.std(costs)),
+        reward_std=_sample_std(rewards),
+        cost_std=_sample_std(costs),
         runs=len(rewards),
     )
 
@@ -119,10 +124,13 @@ PAPER_DIFFERENCES = (
 """Said under every table (issue "results a reviewer would sign")."""
 
 
-def _format_pair(cell: Cell | None, best: bool) -> list[str]:
+def _format_pair(cell: Cell | None, best: bool, spread: bool) -> list[str]:
+    """Reward and cost text of a cell; `spread` adds the seeds' "+- sd" where there are several."""
     if cell is None:
         return ["n/a", "n/a"]
     reward, cost = f"{cell.reward:.1f}", f"{cell.cost:.2f}"
+    if spread and cell.runs > 1:
+        reward, cost = f"{reward} ± {cell.reward_std:.1f}", f"{cost} ± {cell.cost_std:.2f}"
     if not cell.safe:
         return [f"{reward}†", f"{cost}†"]
     return [f"**{reward}**" + (" ★" if best else ""), f"**{cost}**"]
@@ -134,10 +142,12 @@ def render_markdown(
     command: str,
     cost_limit: float,
     steps: dict[str, list[int]] | None = None,
+    evaluated_on: str | None = None,
 ) -> str:
     """Table 1 layout: a reward and a cost column per task and for the average.
 
-    `steps`: gradient steps per algorithm (`steps_by_algorithm`), listed under the table.
+    `steps`: gradient steps per algorithm (`steps_by_algorithm`), listed under the table;
+    `evaluated_on`: the CPU the episodes ran on (the simulator's episodes depend on it).
     """
     header = ["Algorithm"]
     for task in table.tasks:
@@ -148,7 +158,8 @@ def render_markdown(
     for algo in table.algorithms:
         row = [DISPLAY_NAMES.get(algo, algo)]
         for task in table.tasks:
-            row += _format_pair(table.cells.get((algo, task)), best[task] == algo)
+            cell = table.cells.get((algo, task))
+            row += _format_pair(cell, best[task] == algo, spread=task != AVERAGE)
         lines.append("| " + " | ".join(row) + " |")
     runs = sorted({cell.runs for (_, task), cell in table.cells.items() if task != AVERAGE})
     lines += [
@@ -156,8 +167,10 @@ def render_markdown(
         "Scores as `cdt evaluate` computes them: normalised reward 100 (R - R_min) / "
         "(R_max - R_min) over the dataset's return range, normalised cost C / kappa (plus a "
         f"small epsilon) with kappa = {cost_limit:g}; mean over {'/'.join(map(str, runs))} "
-        "training seed(s). Every row acts with the policy's mean action; rows marked "
-        "(sampled actions) sample from the same policy's Gaussian.",
+        "training seed(s), +- the sample standard deviation across them where there are "
+        "several (the Average column averages the task means). Every row acts with the "
+        "policy's mean action; rows marked (sampled actions) sample from the same policy's "
+        "Gaussian.",
         "**Bold**: safe (normalised cost <= 1). †: unsafe. ★: highest reward among the safe "
         "algorithms of that column.",
     ]
@@ -169,7 +182,11 @@ def render_markdown(
         ]
         lines.append(f"Gradient steps per training run: {'; '.join(counts)}.")
     lines.append(PAPER_DIFFERENCES)
-    lines += ["", f"Made by: `{command}`", ""]
+    lines += [
+        "",
+        f"Made by: `{command}`" + (f", episodes on {evaluated_on}" if evaluated_on else ""),
+        "",
+    ]
     return "\n".join(lines)
 
 

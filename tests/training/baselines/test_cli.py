@@ -10,10 +10,11 @@ import pytest
 from tests.training.baselines.synthetic import tiny_episodes
 from training.baselines.cli import main
 from training.data.dataset import save_dataset
+from training.ledger import read_ledger
 
 
 def test_main_trains_exports_and_prints_the_directory(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], private_ledger: Path
 ) -> None:
     dataset = save_dataset(tmp_path / "tiny.hdf5", tiny_episodes(), {"env_id": "TinyTask-v0"})
     out = tmp_path / "models" / "bcq-lag-tiny"
@@ -31,6 +32,15 @@ def test_main_trains_exports_and_prints_the_directory(
     assert card["algo"] == "bcq-lag" and card["training_config"]["seed"] == 1
     assert card["training_config"]["steps"] == 3  # --update-steps, as for CDT
     assert card["action_low"] == [-1.0, -2.0]
+    (entry,) = read_ledger(private_ledger)  # a baseline run is in the ledger too
+    assert (entry.command, entry.subject, entry.outcome) == ("train", str(out), "done")
+    assert (entry.algorithm, entry.task, entry.seed, entry.steps) == (
+        "bcq-lag",
+        "TinyTask-v0",
+        1,
+        3,
+    )
+    assert entry.details == {}  # trained on the CPU, which the entry names anyway
 
 
 def test_main_without_qualifying_trajectories_exits_with_one_line(

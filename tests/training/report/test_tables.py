@@ -30,6 +30,7 @@ def test_build_table_averages_seeds_then_tasks() -> None:
     assert table.algorithms == ["bc-all", "bc-safe", "cdt"]
     car = table.cells["bc-all", "CarRun"]
     assert (car.reward, car.cost, car.runs) == (pytest.approx(80.0), pytest.approx(1.8), 2)
+    assert car.reward_std == pytest.approx(14.142, abs=1e-3)  # sample sd (n - 1) of 90 and 70
     assert table.cells["cdt", AVERAGE].reward == pytest.approx(50.0)
     assert table.cells["cdt", AVERAGE].cost == pytest.approx(1.0)
     assert table.best_safe("CarRun") == "cdt"
@@ -47,7 +48,9 @@ def test_build_table_partial_row_has_no_average() -> None:
 def test_render_markdown_marks_safe_unsafe_and_best_safe() -> None:
     markdown = render_markdown(build_table(RESULTS), "Table 1", "cdt report --seeds 2", 10.0)
     lines = {line.split(" | ")[0].lstrip("| "): line for line in markdown.splitlines()}
-    assert lines["BC-All"].startswith("| BC-All | 80.0† | 1.80† | 80.0† | 1.50† |")
+    # two seeds: mean +- sample sd; the Average column averages task means, with no spread
+    assert lines["BC-All"].startswith("| BC-All | 80.0 ± 14.1† | 1.80 ± 0.28† | 80.0† | 1.50† |")
+    assert lines["BC-All"].endswith("| 80.0† | 1.65† |")
     assert "| **70.0** ★ | **0.80** |" in lines["CDT"]  # best safe on CarRun
     assert "| 30.0† | 1.20† |" in lines["CDT"]  # unsafe on BallRun
     assert "| **60.0** ★ | **0.20** |" in lines["BC-Safe"]
@@ -55,6 +58,11 @@ def test_render_markdown_marks_safe_unsafe_and_best_safe() -> None:
     assert "CarRun reward ↑" in header and "Average cost ↓" in header
     assert "Made by: `cdt report --seeds 2`" in markdown
     assert "kappa = 10" in markdown
+
+
+def test_render_markdown_names_the_cpu_of_the_episodes() -> None:
+    markdown = render_markdown(build_table(RESULTS), "T", "cdt report", 10.0, None, "Zen 3")
+    assert "Made by: `cdt report`, episodes on Zen 3" in markdown
 
 
 def test_table_json_flags_safety_and_best() -> None:
