@@ -91,8 +91,8 @@ def config_problems(config: ReportConfig) -> list[str]:
     counts = {"--seeds": config.seeds, "--episodes": config.episodes}
     found += unmet(AT_LEAST_1, counts | {"--eval-seeds": config.eval_seeds})
     found += unmet(POSITIVE, {"--cost-limit": config.cost_limit})
-    if not config.algorithms or not config.datasets:
-        found.append("--algorithms and --datasets must each name at least one")
+    if not config.include_existing and not (config.algorithms and config.datasets):
+        found.append("name --algorithms and --datasets, or models with --include-existing")
     # Imported here, not at the top: it loads h5py and the dataset reader, which --help skips.
     from training.baselines.cli import config_problems as baseline_problems
 

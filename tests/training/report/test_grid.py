@@ -117,6 +117,15 @@ def test_main_runs_the_grid_and_writes_both_tables(tmp_path: Path) -> None:
     assert calls == []
     rerun = json.loads((tmp_path / "reports" / "table1.json").read_text())
     assert rerun["table"] == payload["table"]
+    # exported models alone make a table of their own (no grid to train)
+    only = ["--algorithms", "--include-existing", str(existing), "--cost-limit", "4"]
+    only += ["--episodes", "2", "--eval-seeds", "1", "--models-dir", str(tmp_path / "grid")]
+    main([*only, "--out", str(tmp_path / "reports"), "--stem", "only"], evaluate=_fake_evaluate([]))
+    alone = json.loads((tmp_path / "reports" / "only.json").read_text())["table"]
+    assert set(alone) == {"cdt", "cdt-sampled"}
+    with pytest.raises(SystemExit) as exit_info:  # neither a grid nor models: nothing to report
+        main(["--algorithms", "--out", str(tmp_path / "reports"), "--stem", "none"])
+    assert exit_info.value.code == 2
 
 
 def test_grid_trains_and_exports_the_sequence_models(tmp_path: Path) -> None:
