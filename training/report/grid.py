@@ -141,6 +141,13 @@ def _train_cell(config: ReportConfig, dataset_path: Path, label: str, algo: str,
     model_dir = config.models_dir / label / f"{algo}-s{seed}"
     if config.reuse and (model_dir / CARD_FILE).is_file():
         return model_dir
+    # Said before it starts: a cell missing from a --reuse grid trains at the grid's own settings.
+    steps = (
+        "the sequence settings" if algo in SEQUENCE_ALGORITHMS else f"{config.train.steps:,} steps"
+    )
+    logger.info(
+        "training %s seed %d on %s (%s): no model in %s", algo, seed, label, steps, model_dir
+    )
     if algo in SEQUENCE_ALGORITHMS:
         return _train_sequence_cell(config, dataset_path, model_dir, algo, seed)
     from training.baselines.registry import train_and_export

@@ -52,7 +52,9 @@ def _fake_evaluate(calls: list[dict[str, Any]]) -> Any:
     return evaluate
 
 
-def test_main_runs_the_grid_and_writes_both_tables(tmp_path: Path) -> None:
+def test_main_runs_the_grid_and_writes_both_tables(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     dataset = save_dataset(tmp_path / "tiny.hdf5", tiny_episodes(), {"env_id": "TinyTask-v0"})
     existing = tmp_path / "models" / "cdt-tiny"
     existing.mkdir(parents=True)
@@ -81,7 +83,9 @@ def test_main_runs_the_grid_and_writes_both_tables(tmp_path: Path) -> None:
         "--train.actor-hidden", "8", "--train.critic-hidden", "8", "--train.vae-hidden", "8",
         "--train.action-low", "-1", "-2", "--train.action-high", "1", "2",
     ]  # fmt: skip
-    main(argv, evaluate=_fake_evaluate(calls))
+    with caplog.at_level("INFO", logger="training.report.grid"):
+        main(argv, evaluate=_fake_evaluate(calls))
+    assert "training bcq-lag seed 0 on TinyTask (2 steps)" in caplog.text  # said before it trains
     # The existing CDT is evaluated again (its card's scores may hold another action mode),
     # with the mean action like every row and with sampled actions beside.
     modes = [(call["algo"], call["mean"]) for call in calls]
