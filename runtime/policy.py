@@ -18,10 +18,10 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
-from runtime.card import CARD_FILE, CardError, ModelCard
+from runtime.card import CardError, ModelCard
 from runtime.card import read_card as read_model_card
 from runtime.context import WINDOW_NAMES
-from runtime.files import ONNX_FILE
+from runtime.files import CARD_FILE, ONNX_FILE
 
 OUTPUT_NAMES = ("action_mean", "action_log_std")
 INPUT_TYPES = {

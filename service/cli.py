@@ -17,7 +17,7 @@ import uvicorn
 from pydantic import ValidationError
 
 from runtime.arguments import CommandParser, positive_int
-from runtime.card import CARD_FILE
+from runtime.files import CARD_FILE
 from service.config import Settings
 from service.http_guard import GuardedHTTPProtocol, GuardedWebSocketProtocol
 

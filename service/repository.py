@@ -11,7 +11,8 @@ import os
 import threading
 from pathlib import Path
 
-from runtime.card import CARD_FILE, ModelCard
+from runtime.card import ModelCard
+from runtime.files import CARD_FILE
 from runtime.policy import Policy, PolicyLoadError, fingerprint, read_card
 from service.errors import EpisodeGoneError, ModelNotFoundError
 from service.schemas import (
