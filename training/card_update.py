@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from runtime.arguments import CommandParser, budget
-from runtime.card import CARD_FILE, read_card, update_card
+from runtime.card import read_card, update_card
 from runtime.evaluation_protocol import action_mode
-from runtime.files import check_writable
+from runtime.files import CARD_FILE, check_writable
 from runtime.user_errors import exit_on_user_errors
 from training.data.dataset import load_dataset
 from training.data.frontiers import derive_default_targets

@@ -20,8 +20,8 @@ from torch import nn
 
 from runtime.card import write_card
 from runtime.context import WINDOW_NAMES
-from runtime.files import staged_files, write_atomic
-from runtime.policy import ONNX_FILE, OUTPUT_NAMES
+from runtime.files import ONNX_FILE, staged_files, write_atomic
+from runtime.policy import OUTPUT_NAMES
 from training.data.windows import NormalisationStats
 from training.learn.checkpoint import load_checkpoint
 from training.learn.model import ConstrainedDecisionTransformer, ModelConfig

@@ -24,7 +24,8 @@ from torch import nn
 from runtime.card import write_card
 from runtime.context import WINDOW_NAMES
 from runtime.evaluation_protocol import REPORTED_BUDGETS
-from runtime.policy import ONNX_FILE, OUTPUT_NAMES
+from runtime.files import ONNX_FILE
+from runtime.policy import OUTPUT_NAMES
 from training.baselines import DETERMINISTIC_ALGORITHMS
 from training.baselines.data import Normaliser
 from training.baselines.networks import DETERMINISTIC_LOG_STD

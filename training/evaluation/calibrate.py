@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from runtime.arguments import CommandParser, positive_float, positive_int, share
-from runtime.card import CARD_FILE, BudgetScale, ModelCard, update_card
+from runtime.card import BudgetScale, ModelCard, update_card
 from runtime.evaluation_protocol import (
     REPORTED_BUDGETS,
     BudgetRow,
@@ -48,7 +48,8 @@ from runtime.evaluation_protocol import (
     selection_specs,
     summarise,
 )
-from runtime.policy import ONNX_FILE, Policy
+from runtime.files import CARD_FILE, ONNX_FILE
+from runtime.policy import Policy
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.evaluation.budget_scales import (
     GRID_CAP,

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.arguments import CommandParser, non_negative_float, positive_float, positive_int, share
-from runtime.card import CARD_FILE, CostGuidance, ModelCard, update_card
+from runtime.card import CostGuidance, ModelCard, update_card
 from runtime.evaluation_protocol import (
     REPORTED_BUDGETS,
     BudgetRow,
@@ -36,7 +36,7 @@ from runtime.evaluation_protocol import (
     selection_specs,
     summarise,
 )
-from runtime.policy import ONNX_FILE
+from runtime.files import CARD_FILE, ONNX_FILE
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.evaluation.evaluate import RolloutJob, run_parallel
 from training.evaluation.inputs import load_policy

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from runtime.card import CARD_FILE, ModelCard
-from runtime.files import check_writable, refuse_overwrite
+from runtime.card import ModelCard
+from runtime.files import CARD_FILE, check_writable, refuse_overwrite
 from runtime.policy import Policy, PolicyLoadError
 from runtime.sim import check_task, make_env
 from runtime.user_errors import UserError

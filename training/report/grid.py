@@ -23,9 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
-from runtime.card import CARD_FILE, CardError, read_card
+from runtime.card import CardError, read_card
 from runtime.evaluation_protocol import action_mode, target_reward_for
-from runtime.files import write_atomic
+from runtime.files import CARD_FILE, write_atomic
 from runtime.scores import normalised_cost, normalised_reward
 from training.card_update import record_default_targets
 from training.data.dataset import load_dataset
