@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import time
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -22,7 +21,6 @@ from runtime.files import CARD_FILE, ONNX_FILE, check_writable, refuse_overwrite
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.baselines.config import BaselineConfig
 from training.data.dataset import load_dataset
-from training.ledger import LedgerEntry, device_details, record
 
 
 @dataclass(frozen=True)
@@ -96,24 +94,10 @@ def main(argv: list[str] | None = None) -> None:
     # Imported after parsing: the trainers load torch (~2 s), which --help never needs.
     from training.baselines.registry import train_and_export
 
-    started = time.perf_counter()
     try:
         out_dir = train_and_export(config, dataset)
     except ValueError as error:
         raise UserError(f"--algo {config.algo}: {error}") from error
-    record(
-        LedgerEntry(
-            "train",
-            str(out_dir),
-            "done",
-            task=dataset.task,
-            algorithm=config.algo,
-            seed=config.seed,
-            steps=config.steps,
-            wall_s=time.perf_counter() - started,
-            details=device_details(config.device),
-        )
-    )
     print(f"{config.algo}: wrote {out_dir / ONNX_FILE} and {out_dir / CARD_FILE}")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from training.baselines.cpq import train_cpq
 from training.baselines.export import export_baseline
 from training.baselines.trainer import TrainedBaseline
 from training.data.dataset import OfflineDataset, load_dataset
+from training.ledger import LedgerEntry, device_details, record
 
 TrainFunction = Callable[[BaselineConfig, OfflineDataset], TrainedBaseline]
 
@@ -35,7 +37,23 @@ def train_baseline(config: BaselineConfig, dataset: OfflineDataset) -> TrainedBa
 
 
 def train_and_export(config: BaselineConfig, dataset: OfflineDataset | None = None) -> Path:
-    """Load the dataset (unless given), train, export; returns the model directory."""
+    """Load the dataset (unless given), train, export and enter the run in the ledger (`cdt
+    train --algo` and `cdt report`'s grid both come here); returns the model directory."""
     dataset = dataset or load_dataset(config.dataset)
+    started = time.perf_counter()
     trained = train_baseline(config, dataset)
-    return export_baseline(trained, dataset, config.output_dir(dataset.task))
+    out_dir = export_baseline(trained, dataset, config.output_dir(dataset.task))
+    record(
+        LedgerEntry(
+            "train",
+            str(out_dir),
+            "done",
+            task=dataset.task,
+            algorithm=config.algo,
+            seed=config.seed,
+            steps=config.steps,
+            wall_s=time.perf_counter() - started,
+            details=device_details(config.device),
+        )
+    )
+    return out_dir

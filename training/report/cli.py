@@ -48,8 +48,8 @@ def write_report(
     """Write <stem>.md and <stem>.json under `config.out`; returns both paths."""
     table = build_table(results, config.average)
     markdown, path = output_paths(config)
-    steps = steps_by_algorithm(results)
-    text = render_markdown(table, config.title, command, config.cost_limit, steps, cpu_name())
+    steps, cpu = steps_by_algorithm(results), cpu_name()  # /proc/cpuinfo read once per report
+    text = render_markdown(table, config.title, command, config.cost_limit, steps, cpu)
     write_atomic(markdown, lambda temporary: temporary.write_text(text))
     payload = {
         "title": config.title,
@@ -60,11 +60,11 @@ def write_report(
             "wall_seconds": round(seconds, 1),
             "train_steps_per_run": config.train.steps,
             "train_seconds_total": round(sum(r.train_seconds or 0.0 for r in results), 1),
-            "train_steps_by_algorithm": steps_by_algorithm(results),
+            "train_steps_by_algorithm": steps,
             "batch_size": config.train.batch_size,
             "device": config.train.device,
             "cpu_count": os.cpu_count(),
-            "cpu": cpu_name(),
+            "cpu": cpu,
             "evaluation": f"{config.episodes} episodes x {config.eval_seeds} seeds per model",
         },
         "table": table_json(table),

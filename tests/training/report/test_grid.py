@@ -10,6 +10,7 @@ import pytest
 
 from tests.training.baselines.synthetic import tiny_episodes
 from training.data.dataset import save_dataset
+from training.ledger import read_ledger
 from training.report.cli import main
 from training.report.grid import result_scores
 
@@ -53,7 +54,7 @@ def _fake_evaluate(calls: list[dict[str, Any]]) -> Any:
 
 
 def test_main_runs_the_grid_and_writes_both_tables(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, private_ledger: Path
 ) -> None:
     dataset = save_dataset(tmp_path / "tiny.hdf5", tiny_episodes(), {"env_id": "TinyTask-v0"})
     existing = tmp_path / "models" / "cdt-tiny"
@@ -86,6 +87,8 @@ def test_main_runs_the_grid_and_writes_both_tables(
     with caplog.at_level("INFO", logger="training.report.grid"):
         main(argv, evaluate=_fake_evaluate(calls))
     assert "training bcq-lag seed 0 on TinyTask (2 steps)" in caplog.text  # said before it trains
+    trained = [(entry.command, entry.algorithm) for entry in read_ledger(private_ledger)]
+    assert trained == [("train", "bc-safe"), ("train", "bcq-lag")]  # the grid's runs are entered
     # The existing CDT is evaluated again (its card's scores may hold another action mode),
     # with the mean action like every row and with sampled actions beside.
     modes = [(call["algo"], call["mean"]) for call in calls]
