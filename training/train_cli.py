@@ -17,7 +17,6 @@ import dataclasses
 import logging
 import math
 import sys
-import time
 
 from runtime.arguments import (
     AT_LEAST_0,
@@ -29,7 +28,6 @@ from runtime.arguments import (
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.data.dataset import read_task
 from training.learn.config import ConfigError, TrainConfig, parse_config
-from training.ledger import LedgerEntry, device_details, record
 
 
 def _flag(name: str) -> str:
@@ -120,45 +118,23 @@ def main(argv: list[str] | None = None) -> None:
     from training.learn.checkpoint import CheckpointError
     from training.learn.interrupt import TrainingInterrupted
     from training.learn.probe import BudgetIgnored
-    from training.learn.train import train
+    from training.learn.recorded import train_and_record
 
-    task = read_task(config.dataset)
     check_device(config.device)
-    started = time.perf_counter()
-
-    def log_run(outcome: str, steps: int | None) -> None:
-        record(
-            LedgerEntry(
-                "train",
-                str(config.run_dir(task)),
-                outcome,
-                task=task,
-                algorithm=config.algo,
-                recipe=config.preset,
-                seed=config.seed,
-                steps=steps,
-                wall_s=time.perf_counter() - started,
-                details=device_details(config.device),
-            )
-        )
-
     try:
-        path = train(config, evaluate_checkpoint=score_in_training)
+        path = train_and_record(config, evaluate_checkpoint=score_in_training)
     except CheckpointError as error:
         raise UserError(str(error)) from None
     except BudgetIgnored as stopped:
-        log_run(f"stopped: {stopped}", stopped.step)
         print(f"cdt train: {stopped}", file=sys.stderr)
         raise SystemExit(3) from None
     except TrainingInterrupted as stopped:
-        log_run("interrupted (resumable)", stopped.step)
         print(
             f"interrupted at step {stopped.step}; continue with: "
             f"cdt train --resume {stopped.checkpoint}",
             file=sys.stderr,
         )
         raise SystemExit(130) from None
-    log_run("done", config.update_steps)
     print(f"checkpoint: {path}")
 
 

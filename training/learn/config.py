@@ -304,6 +304,25 @@ class TrainConfig:
         """SAC/OSRL target entropy -|A|."""
         return -float(action_dim)
 
+    def recipe(self) -> str:
+        """The preset and every flag that changes what it learns, as `cdt train` takes them
+        (e.g. `cpu-budget --no-augment`): the ledger's recipe, so an ablation is told apart
+        from its preset. Bookkeeping, evaluation, selection and speed settings are left out."""
+        base = PRESETS[self.preset]
+        flags = [self.preset]
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name in _NOT_RECIPE or value == getattr(base, field.name):
+                continue
+            name = field.name.replace("_", "-")
+            if isinstance(value, bool):
+                flags.append(f"--{name}" if value else f"--no-{name}")
+            elif isinstance(value, tuple):
+                flags.append(f"--{name} {' '.join(map(str, value))}")
+            else:
+                flags.append(f"--{name} {value}")
+        return " ".join(flags)
+
     def to_json_dict(self) -> dict[str, Any]:
         """JSON-safe dict (paths as strings, tuples as lists)."""
         values: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(self), default=str))
@@ -320,6 +339,20 @@ class TrainConfig:
         values["outlier_grid"] = tuple(values["outlier_grid"])
         values["eval_budgets"] = tuple(values["eval_budgets"])
         return cls(**values)
+
+
+_NOT_RECIPE = frozenset(
+    {
+        *("dataset", "preset", "algo", "out_dir", "run_name", "seed", "resume", "update_steps"),
+        *("eval_every", "eval_episodes", "eval_budgets", "eval_action_modes"),
+        *("selection_cost_margin", "selection_max_share_over", "selection_min_budget_use"),
+        *("fail_fast_step", "fail_fast_min_effect", "log_every", "checkpoint_every"),
+        *("keep_checkpoints", "tensorboard", "device", "compile", "num_threads"),
+        *("fused_attention", "skip_unread_outputs", "fast_dropout"),
+    }
+)
+"""Settings that do not change what a run learns (the ledger has its own columns for the
+algorithm, seed and steps); every other field is part of `TrainConfig.recipe`."""
 
 
 # Defaults of the dataclass are the `cpu` preset: a smaller transformer (2 x 64 x 4) that reached

@@ -58,11 +58,14 @@ def write_report(
         "cost_limit": config.cost_limit,
         "compute": {
             "wall_seconds": round(seconds, 1),
-            "train_steps_per_run": config.train.steps,
             "train_seconds_total": round(sum(r.train_seconds or 0.0 for r in results), 1),
-            "train_steps_by_algorithm": steps,
-            "batch_size": config.train.batch_size,
-            "device": config.train.device,
+            "train_steps_by_algorithm": steps,  # as each model's card records them
+            # what a missing baseline cell would be trained with (none may have been)
+            "grid_baseline_settings": {
+                "steps": config.train.steps,
+                "batch_size": config.train.batch_size,
+                "device": config.train.device,
+            },
             "cpu_count": os.cpu_count(),
             "cpu": cpu,
             "evaluation": f"{config.episodes} episodes x {config.eval_seeds} seeds per model",

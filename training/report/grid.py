@@ -32,7 +32,13 @@ from training.data.dataset import load_dataset
 from training.data.frontiers import derive_default_targets
 from training.learn.config import TrainConfig, parse_config
 from training.report.config import ReportConfig
-from training.report.tables import SAMPLED_SUFFIX, RunResult, card_training, short_task
+from training.report.tables import (
+    SAMPLED_SUFFIX,
+    RunResult,
+    card_training,
+    row_algorithm,
+    short_task,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +126,7 @@ def _evaluated_results(
     """The model's row under the table's one convention (the Gaussian's mean action, as the
     authors evaluate CDT), plus a `<algo>-sampled` row for the algorithms in `sampled_beside`."""
     card = json.loads((model_dir / CARD_FILE).read_text())
-    algo = str(card.get("algo", model_dir.name))
+    algo = row_algorithm(card) or model_dir.name
     modes = [(algo, True)]
     if algo in config.sampled_beside:
         modes.append((algo + SAMPLED_SUFFIX, False))
@@ -169,14 +175,14 @@ def _train_sequence_cell(
     """`cdt train` + `cdt export` + default targets from the data, for one sequence model."""
     from training.evaluation.checkpoint_scores import score_in_training
     from training.export import export_checkpoint
-    from training.learn.train import train
+    from training.learn.recorded import train_and_record
 
     args = ["--dataset", str(dataset_path), "--algo", algo, "--seed", str(seed)]
     args += ["--out-dir", str(model_dir.parent / "runs"), "--run-name", model_dir.name]
     if algo != "cdt":
         args += ["--eval-every", "0"]  # the unselected last checkpoint is what is exported
     run_config = parse_config([*args, *shlex.split(config.sequence_args)])
-    last = train(run_config, evaluate_checkpoint=score_in_training)
+    last = train_and_record(run_config, evaluate_checkpoint=score_in_training)
     best = last.with_name("best.pt")
     model_dir.mkdir(parents=True, exist_ok=True)
     export_checkpoint(best if algo == "cdt" and best.is_file() else last, model_dir)

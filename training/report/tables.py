@@ -16,12 +16,32 @@ from training.baselines import NAMES_IN_PAPER
 AVERAGE = "Average"
 SAMPLED_SUFFIX = "-sampled"
 """Row suffix of an algorithm evaluated with sampled actions, shown beside the convention's row."""
+CDT_ABLATIONS = (
+    ("augment", False, "cdt-no-augment", "CDT (w/o augment)"),
+    ("entropy", False, "cdt-no-entropy", "CDT (w/o entropy)"),
+    ("deterministic", True, "cdt-deterministic", "CDT (deterministic)"),
+)
+"""The paper's ablations of CDT: (training setting, its ablated value, row key, row name)."""
+
 DISPLAY_NAMES = {
     **NAMES_IN_PAPER,
     "cdt": "CDT",
     "cdt-sampled": "CDT (sampled actions)",
     "dt": "DT",
+    "dt-cost": "DT-Cost",
+    **{key: name for _, _, key, name in CDT_ABLATIONS},
 }
+
+
+def row_algorithm(card: dict[str, Any]) -> str:
+    """The table row a model card belongs to: its algorithm, or for a CDT trained without one
+    of its parts the paper's ablation of that part (several at once: `cdt-no-augment+...`)."""
+    algo = str(card.get("algo", ""))
+    settings = card.get("training_config") or {}
+    if algo != "cdt":
+        return algo
+    ablated = [key for setting, value, key, _ in CDT_ABLATIONS if settings.get(setting) == value]
+    return "+".join(ablated) if ablated else algo
 
 
 class RunResult(NamedTuple):

@@ -100,6 +100,25 @@ def test_parse_config_applies_presets_and_ablation_flags():
     assert not dt.stochastic and not dt.uses_augmentation and not dt.cost_conditioned
 
 
+def test_the_recipe_names_the_preset_and_the_flags_that_change_what_is_learned():
+    assert parse_config(["--preset", "cpu-budget"]).recipe() == "cpu-budget"
+    ablation = parse_config(
+        ["--preset", "cpu-budget", "--no-augment", "--betas", "0.9", "0.99", "--seed", "2"]
+    )
+    assert ablation.recipe() == "cpu-budget --no-augment --betas 0.9 0.99"
+    # where and how long it runs, how it is evaluated and selected: not the recipe
+    bookkeeping = [
+        "--eval-every",
+        "0",
+        "--update-steps",
+        "9",
+        "--num-threads",
+        "2",
+        "--no-tensorboard",
+    ]
+    assert parse_config(["--preset", "paper", *bookkeeping]).recipe() == "paper"
+
+
 def test_config_json_round_trip():
     config = TrainConfig(eval_budgets=(10.0, 30.0), resume=Path("x/last.pt"))
     assert TrainConfig.from_json_dict(config.to_json_dict()) == config

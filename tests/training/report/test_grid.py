@@ -98,7 +98,7 @@ def test_main_runs_the_grid_and_writes_both_tables(
     assert (tmp_path / "grid" / "TinyTask" / "bcq-lag-s0" / "model.onnx").is_file()
     payload = json.loads((tmp_path / "reports" / "table1.json").read_text())
     assert payload["command"].startswith("cdt report --algorithms bc-safe bcq-lag")
-    assert payload["compute"]["train_steps_per_run"] == 2
+    assert payload["compute"]["grid_baseline_settings"]["steps"] == 2
     assert payload["table"]["cdt"]["TinyTask"]["cost"] == pytest.approx(0.5)
     assert payload["table"]["cdt-sampled"]["TinyTask"]["cost"] == pytest.approx(0.75)
     assert payload["table"]["bc-safe"]["TinyTask"]["safe"] is True
@@ -135,7 +135,7 @@ def test_main_runs_the_grid_and_writes_both_tables(
     assert exit_info.value.code == 2
 
 
-def test_grid_trains_and_exports_the_sequence_models(tmp_path: Path) -> None:
+def test_grid_trains_and_exports_the_sequence_models(tmp_path: Path, private_ledger: Path) -> None:
     dataset = save_dataset(tmp_path / "tiny.hdf5", tiny_episodes(), {"env_id": "TinyTask-v0"})
     tiny = "--embedding-dim 8 --num-layers 1 --num-heads 2 --batch-size 4 --update-steps 2"
     tiny += " --eval-every 0 --no-tensorboard --num-threads 1 --seq-len 3"
@@ -148,6 +148,12 @@ def test_grid_trains_and_exports_the_sequence_models(tmp_path: Path) -> None:
     calls: list[dict[str, Any]] = []
     main(argv, evaluate=_fake_evaluate(calls))
     assert [call["algo"] for call in calls] == ["cdt", "cdt", "dt"]
+    entries = read_ledger(private_ledger)  # the sequence cells are in the ledger too
+    assert [(e.algorithm, e.outcome, e.steps) for e in entries] == [
+        ("cdt", "done", 2),
+        ("dt", "done", 2),
+    ]
+    assert all(e.recipe.startswith("cpu --seq-len 3 --embedding-dim 8") for e in entries)
     for algo in ("cdt", "dt"):
         card_path = tmp_path / "grid" / "TinyTask" / f"{algo}-s0" / "model.json"
         card = json.loads(card_path.read_text())

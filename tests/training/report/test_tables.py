@@ -6,10 +6,12 @@ import pytest
 
 from training.report.tables import (
     AVERAGE,
+    DISPLAY_NAMES,
     RunResult,
     build_table,
     card_training,
     render_markdown,
+    row_algorithm,
     table_json,
 )
 
@@ -83,3 +85,19 @@ def test_build_table_without_the_average_column() -> None:
     table = build_table(RESULTS, average=False)
     assert table.tasks == ["CarRun", "BallRun"]
     assert not any(task == AVERAGE for _, task in table.cells)
+
+
+def test_an_ablated_cdt_is_its_own_row_named_as_in_the_paper() -> None:
+    def card(algo: str, **settings: bool) -> dict[str, object]:
+        config = {"augment": True, "entropy": True, "deterministic": False, **settings}
+        return {"algo": algo, "training_config": config}
+
+    assert row_algorithm(card("cdt")) == "cdt"
+    assert row_algorithm(card("cdt", augment=False)) == "cdt-no-augment"
+    assert DISPLAY_NAMES["cdt-no-entropy"] == "CDT (w/o entropy)"
+    assert row_algorithm(card("cdt", deterministic=True)) == "cdt-deterministic"
+    both = row_algorithm(card("cdt", augment=False, entropy=False))
+    assert both == "cdt-no-augment+cdt-no-entropy"
+    # DT-Cost trains without augmentation by definition: it stays DT-Cost
+    assert row_algorithm(card("dt-cost", augment=False, deterministic=True)) == "dt-cost"
+    assert row_algorithm({"algo": "bc-safe"}) == "bc-safe"

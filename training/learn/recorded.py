@@ -1,0 +1,63 @@
+"""A training run and its ledger entry, written in one place.
+
+`cdt train` and `cdt report`'s grid both train through `train_and_record`, so every run, however
+it ends (done, stopped by the probe, interrupted, failed), is a line in the ledger with its
+recipe, and no caller can forget it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from training.data.dataset import read_task
+from training.learn.checkpoint import CheckpointError
+from training.learn.config import TrainConfig
+from training.learn.interrupt import TrainingInterrupted
+from training.learn.probe import BudgetIgnored
+from training.learn.state import EvaluateCheckpoint
+from training.learn.train import train
+from training.ledger import LedgerEntry, device_details, record
+
+
+def train_and_record(
+    config: TrainConfig, evaluate_checkpoint: EvaluateCheckpoint | None = None
+) -> Path:
+    """`train(config, evaluate_checkpoint)`, recorded in the ledger; exceptions pass through.
+
+    A `CheckpointError` (a `--resume` that cannot be read) is not recorded: no run started.
+    """
+    task = read_task(config.dataset)
+    started = time.perf_counter()
+
+    def log(outcome: str, steps: int | None) -> None:
+        record(
+            LedgerEntry(
+                "train",
+                str(config.run_dir(task)),
+                outcome,
+                task=task,
+                algorithm=config.algo,
+                recipe=config.recipe(),
+                seed=config.seed,
+                steps=steps,
+                wall_s=time.perf_counter() - started,
+                details=device_details(config.device),
+            )
+        )
+
+    try:
+        path = train(config, evaluate_checkpoint=evaluate_checkpoint)
+    except CheckpointError:
+        raise
+    except BudgetIgnored as stopped:
+        log(f"stopped: {stopped}", stopped.step)
+        raise
+    except TrainingInterrupted as stopped:
+        log("interrupted (resumable)", stopped.step)
+        raise
+    except Exception as error:
+        log(f"failed: {type(error).__name__}: {error}", None)
+        raise
+    log("done", config.update_steps)
+    return path
