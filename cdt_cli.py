@@ -32,6 +32,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "training.evaluation.guidance",
         "choose an exported policy's cost-token guidance (simulator)",
     ),
+    "guard": ("training.guard_cli", "show or set a model card's own budget guard"),
     "evaluate": ("training.evaluation.evaluate", "evaluate an exported policy in the simulator"),
     "sweeps": (
         "training.evaluation.sweeps",

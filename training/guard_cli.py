@@ -1,0 +1,89 @@
+"""`cdt guard MODEL_DIR`: show or set the budget guard a model card asks the service for.
+
+The guard's defaults (`runtime.budget_guard`) suit most models; a card may set its own thresholds
+where measurement says so (docs/decisions/budget-guard.md: AntRun and CarCircle spend less with
+no fallback and no reserve). This command is how a card gets them: the settings are validated as
+the service will read them, and what was measured with the old guard is dropped from the card
+(`budget_guard_measured`), so the card never shows figures of a guard it no longer asks for.
+The service applies the new guard at an episode's next step after a reload.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from runtime.arguments import CommandParser
+from runtime.budget_guard import BudgetGuard
+from runtime.card import read_card, update_card
+from runtime.files import CARD_FILE, check_writable
+from runtime.user_errors import UserError, exit_on_user_errors
+
+
+def parse_guard(text: str) -> BudgetGuard:
+    """`--set`'s JSON object as a `BudgetGuard`; a `UserError` naming what is wrong."""
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UserError(f"--set: not JSON ({error.msg}): {text!r}") from None
+    if not isinstance(values, dict):
+        raise UserError(f"--set: a JSON object of guard settings, got {text!r}")
+    try:
+        return BudgetGuard(**values)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in error.errors()
+        )
+        raise UserError(f"--set: {problems}") from None
+
+
+def set_guard(model_dir: Path, guard: BudgetGuard | None) -> bool:
+    """Write `guard` into the card (None: the defaults); whether it changed what the card asks.
+
+    A change drops `budget_guard_measured`, which was measured with the old guard.
+    """
+    card = read_card(model_dir)
+    if card.guard == (guard or BudgetGuard()):
+        return False
+    changes: dict[str, object] = {"budget_guard": guard}
+    if card.budget_guard_measured is not None:
+        changes["budget_guard_measured"] = None
+    update_card(model_dir, **changes)
+    return True
+
+
+def _parser() -> CommandParser:
+    parser = CommandParser(
+        prog="cdt guard",
+        description="Show a model card's budget guard, or set it: --set takes the settings that "
+        'differ from the defaults as JSON, e.g. \'{"fallback_margin": 0, "hidden_reserve": 0}\'.',
+    )
+    parser.add_argument("model_dir", type=Path, help=f"exported policy folder (its {CARD_FILE})")
+    choice = parser.add_mutually_exclusive_group()
+    choice.add_argument("--set", dest="settings", metavar="JSON", help="the card's own guard")
+    choice.add_argument("--default", action="store_true", help="back to the defaults")
+    return parser
+
+
+@exit_on_user_errors("cdt guard")
+def main(argv: list[str] | None = None) -> None:
+    """`cdt guard MODEL_DIR [--set JSON | --default]`: print the guard the card asks for."""
+    args = _parser().parse_args(argv)
+    read_card(args.model_dir)  # a missing or broken card: one line
+    if args.settings is not None or args.default:
+        guard = None if args.default else parse_guard(args.settings)
+        check_writable(args.model_dir / CARD_FILE)
+        if set_guard(args.model_dir, guard):
+            print(
+                "guard changed; measure it again: cdt evaluate MODEL_DIR --convention protocol "
+                "--split validation, then python bench/budget_guard.py --models NAME --record"
+            )
+    card = read_card(args.model_dir)
+    own = "its own" if card.budget_guard is not None else "the defaults"
+    print(json.dumps({"guard": own, **card.guard.model_dump()}))
+
+
+if __name__ == "__main__":
+    main()
