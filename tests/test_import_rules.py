@@ -36,6 +36,7 @@ LAYERS = {
     "export": "export",
     "export_cli": "export",  # `cdt export`'s arguments, parsed before the exporter loads torch
     "card_update": "export",  # writes measured results into the exported model card
+    "guard_cli": "export",  # writes the budget guard into the exported model card
     "baselines": "baselines",
     "evaluation": "evaluation",
     "pipeline": "orchestration",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,15 @@ from training.learn.checkpoint import load_checkpoint
 from training.learn.interrupt import StopRequest, TrainingInterrupted
 from training.learn.train import train
 from training.train_cli import main
+
+
+@pytest.fixture(autouse=True)
+def python_sigint_handler() -> Iterator[None]:
+    """Python's own Ctrl-C handler, as in a terminal: a process started in the background
+    inherits SIGINT ignored, and these tests check that the handler before them comes back."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
 
 
 def interrupt_at(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
