@@ -16,8 +16,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from runtime.arguments import CommandParser
-from runtime.budget_guard import BudgetGuard
-from runtime.card import read_card, update_card
+from runtime.budget_guard import DEFAULT_GUARD, BudgetGuard
+from runtime.card import ModelCard, read_card, update_card
 from runtime.files import CARD_FILE, check_writable
 from runtime.user_errors import UserError, exit_on_user_errors
 
@@ -39,19 +39,18 @@ def parse_guard(text: str) -> BudgetGuard:
         raise UserError(f"--set: {problems}") from None
 
 
-def set_guard(model_dir: Path, guard: BudgetGuard | None) -> bool:
-    """Write `guard` into the card (None: the defaults); whether it changed what the card asks.
+def set_guard(model_dir: Path, card: ModelCard, guard: BudgetGuard | None) -> ModelCard | None:
+    """Write `guard` into `model_dir`'s card, read as `card` (None: the defaults); the new card,
+    or None where the card already asks for that guard.
 
     A change drops `budget_guard_measured`, which was measured with the old guard.
     """
-    card = read_card(model_dir)
-    if card.guard == (guard or BudgetGuard()):
-        return False
+    if card.guard == (guard or DEFAULT_GUARD):
+        return None
     changes: dict[str, object] = {"budget_guard": guard}
     if card.budget_guard_measured is not None:
         changes["budget_guard_measured"] = None
-    update_card(model_dir, **changes)
-    return True
+    return update_card(model_dir, **changes)
 
 
 def _parser() -> CommandParser:
@@ -71,16 +70,17 @@ def _parser() -> CommandParser:
 def main(argv: list[str] | None = None) -> None:
     """`cdt guard MODEL_DIR [--set JSON | --default]`: print the guard the card asks for."""
     args = _parser().parse_args(argv)
-    read_card(args.model_dir)  # a missing or broken card: one line
+    card = read_card(args.model_dir)  # a missing or broken card: one line
     if args.settings is not None or args.default:
         guard = None if args.default else parse_guard(args.settings)
         check_writable(args.model_dir / CARD_FILE)
-        if set_guard(args.model_dir, guard):
+        changed = set_guard(args.model_dir, card, guard)
+        if changed is not None:
+            card = changed
             print(
                 "guard changed; measure it again: cdt evaluate MODEL_DIR --convention protocol "
                 "--split validation, then python bench/budget_guard.py --models NAME --record"
             )
-    card = read_card(args.model_dir)
     own = "its own" if card.budget_guard is not None else "the defaults"
     print(json.dumps({"guard": own, **card.guard.model_dump()}))
 

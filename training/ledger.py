@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import os
 import platform
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -89,6 +90,36 @@ def device_details(device: str) -> dict[str, Any]:
     import torch  # only a run that already trained on the GPU asks, so torch is loaded
 
     return {"device": device, "gpu": torch.cuda.get_device_name(torch.device(device))}
+
+
+def record_training(
+    subject: str,
+    outcome: str,
+    *,
+    started: float,
+    device: str,
+    task: str,
+    algorithm: str,
+    seed: int,
+    steps: int | None,
+    recipe: str = "",
+) -> None:
+    """Enter one training run, timed from `started` (its `time.perf_counter()` at the start),
+    with the accelerator it trained on where that was not the CPU."""
+    record(
+        LedgerEntry(
+            "train",
+            subject,
+            outcome,
+            task=task,
+            algorithm=algorithm,
+            recipe=recipe,
+            seed=seed,
+            steps=steps,
+            wall_s=time.perf_counter() - started,
+            details=device_details(device),
+        )
+    )
 
 
 def ledger_path() -> Path | None:

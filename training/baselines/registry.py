@@ -16,7 +16,7 @@ from training.baselines.cpq import train_cpq
 from training.baselines.export import export_baseline
 from training.baselines.trainer import TrainedBaseline
 from training.data.dataset import OfflineDataset, load_dataset
-from training.ledger import LedgerEntry, device_details, record
+from training.ledger import record_training
 
 TrainFunction = Callable[[BaselineConfig, OfflineDataset], TrainedBaseline]
 
@@ -43,17 +43,14 @@ def train_and_export(config: BaselineConfig, dataset: OfflineDataset | None = No
     started = time.perf_counter()
     trained = train_baseline(config, dataset)
     out_dir = export_baseline(trained, dataset, config.output_dir(dataset.task))
-    record(
-        LedgerEntry(
-            "train",
-            str(out_dir),
-            "done",
-            task=dataset.task,
-            algorithm=config.algo,
-            seed=config.seed,
-            steps=config.steps,
-            wall_s=time.perf_counter() - started,
-            details=device_details(config.device),
-        )
+    record_training(
+        str(out_dir),
+        "done",
+        started=started,
+        device=config.device,
+        task=dataset.task,
+        algorithm=config.algo,
+        seed=config.seed,
+        steps=config.steps,
     )
     return out_dir

@@ -17,7 +17,7 @@ from training.learn.interrupt import TrainingInterrupted
 from training.learn.probe import BudgetIgnored
 from training.learn.state import EvaluateCheckpoint
 from training.learn.train import train
-from training.ledger import LedgerEntry, device_details, record
+from training.ledger import record_training
 
 
 def train_and_record(
@@ -31,19 +31,16 @@ def train_and_record(
     started = time.perf_counter()
 
     def log(outcome: str, steps: int | None) -> None:
-        record(
-            LedgerEntry(
-                "train",
-                str(config.run_dir(task)),
-                outcome,
-                task=task,
-                algorithm=config.algo,
-                recipe=config.recipe(),
-                seed=config.seed,
-                steps=steps,
-                wall_s=time.perf_counter() - started,
-                details=device_details(config.device),
-            )
+        record_training(
+            str(config.run_dir(task)),
+            outcome,
+            started=started,
+            device=config.device,
+            task=task,
+            algorithm=config.algo,
+            seed=config.seed,
+            steps=steps,
+            recipe=config.recipe(),
         )
 
     try:
