@@ -77,8 +77,6 @@ class BudgetGuard(BaseModel):
     fallback_margin: float = Field(default=8.0, ge=0)
     """Budget left at or below which the fallback acts: the cost of the costly streak already
     under way when it takes over (costs come in runs of steps, not one at a time)."""
-    fallback_cost_to_go: float = Field(default=0.0, ge=0)
-    """The cost budget the fallback tells the model (0: none left)."""
     fallback_cost_rate: float = Field(default=0.0, ge=0)
     """Cost per step left that the fallback itself may still spend; added to the margin."""
     max_step_cost: float = Field(default=1.0, ge=0)
@@ -137,8 +135,7 @@ class BudgetGuard(BaseModel):
         if self.max_step_cost > 0 and pace >= 1.0:
             return UNGUARDED  # even a costly step each step to the end stays within budget
         if remaining_cost <= self.reserve(steps_left):
-            told_fallback = self.fallback_cost_to_go
-            return GuardDecision(GuardAction.FALLBACK, noise_scale=0.0, cost_left_fed=told_fallback)
+            return GuardDecision(GuardAction.FALLBACK, noise_scale=0.0, cost_left_fed=0.0)
         told = self.told(remaining_cost, steps_left, episode_len)
         if deterministic or pace >= self.full_noise_pace:
             return UNGUARDED if told is None else GuardDecision(GuardAction.NONE, 1.0, told)

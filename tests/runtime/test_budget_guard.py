@@ -55,13 +55,6 @@ def test_decide_leaves_mean_action_episodes_alone_until_the_fallback() -> None:
     assert fallback.action is GuardAction.FALLBACK and fallback.cost_left_fed == 0.0
 
 
-def test_the_fallback_tells_the_model_its_own_cost_to_go() -> None:
-    guard = GUARD.model_copy(update={"fallback_cost_to_go": 1.5})
-    fallback = guard.decide(1.0, 50, deterministic=False)
-    assert fallback.action is GuardAction.FALLBACK and fallback.cost_left_fed == 1.5
-    assert guard.decide(4.0, 50, deterministic=True) is UNGUARDED
-
-
 def test_decide_keeps_a_reserve_for_the_fallbacks_own_cost_per_step_left() -> None:
     guard = GUARD.model_copy(update={"fallback_cost_rate": 0.1})
     assert guard.reserve(30) == pytest.approx(5.0)
