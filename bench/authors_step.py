@@ -342,6 +342,37 @@ def measure(sides: list[Side], steps: int, rounds: int, threads: int) -> None:
             side.cpu = min(side.cpu, (time.process_time() - cpu) / steps)
 
 
+MATRIX_PRODUCTS = ("aten::mm", "aten::addmm", "aten::bmm")
+
+
+def matrix_product_floor(side: Side, threads: int, repeats: int = 5) -> tuple[float, float]:
+    """(GFLOP, seconds) of one step's matrix products, each timed alone at its own shapes.
+
+    A step can be no faster than its matrix products run by themselves on this CPU: the floor
+    under every speed-up that keeps the architecture and fp32.
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True, with_flops=True) as prof:
+        side.step()
+    calls = [e for e in prof.events() if e.name in MATRIX_PRODUCTS]
+    torch.set_num_threads(threads)
+    seconds, flops = 0.0, 0.0
+    for event in calls:
+        shapes = [shape for shape in event.input_shapes if shape]
+        operands = [torch.randn(shape) for shape in shapes]
+        product = getattr(torch, event.name.split("::")[1])
+        best = np.inf
+        for _ in range(repeats):
+            start = time.perf_counter()
+            product(*operands)
+            best = min(best, time.perf_counter() - start)
+        seconds += best
+        flops += event.flops
+    return flops / 1e9, seconds
+
+
 def check_osrl(osrl: Path | None) -> Path:
     """The clone's root, or a one-line error and exit status 2."""
     if osrl is None or not (osrl / CDT_FILE).is_file() or not (osrl / CONFIG_FILE).is_file():
@@ -377,6 +408,7 @@ def main() -> None:
         theirs, recorder, config = authors_side(osrl, dsrl_dict(dataset), args.batch_size)
         ours, our_loss = our_side(our_config(dataset, Path(workdir), args.threads), args.batch_size)
         measure([theirs, ours], args.steps, args.rounds, args.threads)
+        gflop, floor = matrix_product_floor(ours, args.threads)
 
     from training.ledger import cpu_name
 
@@ -395,6 +427,11 @@ def main() -> None:
     for side in (theirs, ours):
         print(f"{side.name:<30} {side.wall:>8.3f} {side.cpu:>11.3f} {side.parameters:>11,}")
     print(f"authors / ours: {theirs.wall / ours.wall:.2f}x wall, {theirs.cpu / ours.cpu:.2f}x CPU")
+    print(
+        f"floor: our step's matrix products alone ({gflop:.1f} GFLOP, each timed by itself at its "
+        f"shapes) take {floor:.3f} s, {gflop / floor:.0f} GFLOP/s: no fp32 step of this "
+        f"architecture runs faster here than {theirs.wall / floor:.2f}x the authors'"
+    )
     loss = recorder.values.get("all_loss", np.nan)
     verdict = "finite" if np.isfinite(loss) else "NOT finite"
     print(f"sanity: authors' last loss {loss:.4f} ({verdict}), ours {float(our_loss[0]):.4f}")

@@ -4,6 +4,11 @@
 # back on a machine with the simulator: `cdt select RUN_DIR` (the reported protocol).
 #
 #   OUT=/tmp/out SECONDS_LEFT=420 RUNS="paper-carrun cpu-ballrun" bash bench/gpu_train.sh
+#   OUT=/tmp/out SECONDS_LEFT=420 RUNS= SWEEP=bench/sweeps/FILE.txt bash bench/gpu_train.sh
+#
+# SWEEP names a file of `cpu-budget` runs, one a line: NAME TASK DEVICE [cdt train options] (DEVICE
+# cuda for the GPU, cpu for one of its cores; '#' starts a comment line). The ledger entries of
+# every run come back in $OUT/ledger.jsonl.
 #
 # Kept checkpoints (and the step a run stopped at) are stripped of optimiser state and packed into
 # $OUT/runs-*.tar (<= 15 MB each, each run's newest first, 56 MB in all).
@@ -11,7 +16,7 @@ set -u
 OUT=${OUT:-/tmp/gpu-train}
 LIMIT=${SECONDS_LEFT:-420}
 mkdir -p "$OUT" /tmp/runs
-export PYTHONUNBUFFERED=1 TQDM_MININTERVAL=30
+export PYTHONUNBUFFERED=1 TQDM_MININTERVAL=30 CDT_LEDGER="$OUT/ledger.jsonl"
 if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
@@ -37,7 +42,7 @@ fi
 
 # RUNS picks what to train: paper-<task> on the GPU, cpu-<task> (seeds 1 2) on CPU cores; <task> is
 # the lower-case name in datasets/Safety<Task>-v0.hdf5. PAPER_SEED seeds the paper runs.
-RUNS=${RUNS:-"paper-carrun"}  # runs share the GPU: two go no faster in all than one
+RUNS=${RUNS-"paper-carrun"}  # runs share the GPU: two go no faster in all than one
 for run in $RUNS; do
     kind=${run%%-*} task=${run#*-}
     data=$(ls datasets/*.hdf5 | grep -i "/safety${task}-v0.hdf5$")
@@ -51,6 +56,14 @@ for run in $RUNS; do
         done
     fi
 done
+if [ -n "${SWEEP:-}" ]; then
+    while read -r name task device options; do
+        case "$name" in "" | "#"*) continue ;; esac
+        data=$(ls datasets/*.hdf5 | grep -i "/safety${task}-v0.hdf5$")
+        # shellcheck disable=SC2086  # the options are words of the sweep file
+        train "$name" "$data" --preset cpu-budget --device "$device" --fail-fast-step 0 $options &
+    done <"$SWEEP"
+fi
 wait
 
 # Keep what selection and export read; drop optimiser and sampler state (resume is not needed).

@@ -79,7 +79,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = CommandParser(
         prog="cdt card-update",
         description="Re-derive a model card's default (reward, cost) targets from a dataset: "
-        "reward PF(kappa) + 10 %% of the reward range at each cost threshold kappa.",
+        "reward PF(kappa) + 10 %% of the reward range (at most the best reward return) at each "
+        "cost threshold kappa.",
     )
     parser.add_argument("model_dir", type=Path, help=f"exported policy folder (its {CARD_FILE})")
     parser.add_argument("--dataset", type=Path, required=True, help="the model's training data")

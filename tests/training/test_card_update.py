@@ -49,3 +49,10 @@ def test_derive_default_targets_sits_above_the_pareto_frontier() -> None:
     rewards = np.array([100.0, 200.0, 300.0, 600.0])  # range 500: +50 above PF
     targets = derive_default_targets(costs, rewards, (10.0, 20.0))
     assert targets == [{"reward": 250.0, "cost": 10.0}, {"reward": 350.0, "cost": 20.0}]
+
+
+def test_derive_default_targets_never_exceed_the_best_return_in_the_data() -> None:
+    costs = np.array([0.0, 5.0, 15.0])
+    rewards = np.array([100.0, 480.0, 470.0])  # PF(10) is the best return: +38 would pass it
+    targets = derive_default_targets(costs, rewards, (10.0, 20.0))
+    assert targets == [{"reward": 480.0, "cost": 10.0}, {"reward": 480.0, "cost": 20.0}]
