@@ -42,7 +42,9 @@ fi
 
 # RUNS picks what to train: paper-<task> on the GPU, cpu-<task> (seeds 1 2) on CPU cores; <task> is
 # the lower-case name in datasets/Safety<Task>-v0.hdf5. PAPER_SEED seeds the paper runs.
-RUNS=${RUNS-"paper-carrun"}  # runs share the GPU: two go no faster in all than one
+# Unset RUNS trains paper-carrun; RUNS= (empty) none of these. Runs share the GPU: two go no
+# faster in all than one.
+RUNS=${RUNS-"paper-carrun"}
 for run in $RUNS; do
     kind=${run%%-*} task=${run#*-}
     data=$(ls datasets/*.hdf5 | grep -i "/safety${task}-v0.hdf5$")
