@@ -33,7 +33,9 @@ stage environment
 } 2>&1 | tee "$OUT/environment.txt"
 
 stage "CUDA tests"
-timeout 120 python3 -m pytest -q -p no:cacheprovider -o filterwarnings= -m gpu \
+# --noconftest: the suite's root conftest imports the service's web stack (FastAPI and what it
+# pulls in), which the GPU machine lacks and these tests do not use.
+timeout 120 python3 -m pytest -q -p no:cacheprovider --noconftest -o filterwarnings= -m gpu \
     tests/training/learn/test_train_cuda.py >"$OUT/gpu_tests.txt" 2>&1
 tail -n 15 "$OUT/gpu_tests.txt"
 
