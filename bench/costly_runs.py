@@ -38,8 +38,8 @@ def main() -> None:
     parser.add_argument("datasets", type=Path, nargs="+")
     args = parser.parse_args()
     for path in args.datasets:
-        episodes = load_dataset(path).episodes
-        returns = np.array([episode.costs.sum() for episode in episodes])
+        dataset = load_dataset(path)
+        episodes, returns = dataset.episodes, dataset.cost_returns
         print(f"{path}: {len(episodes)} episodes")
         print(
             f"{'cost return':>12} {'episodes':>9} {'runs/episode':>13} "

@@ -40,6 +40,10 @@ if compgen -G ".device-data/*.hdf5" >/dev/null; then
     python3 bench/device_data.py unpack .device-data --out datasets || exit
 fi
 
+dataset_of() {  # TASK (lower case) -> its file in datasets/
+    ls datasets/*.hdf5 | grep -i "/safety$1-v0.hdf5$"
+}
+
 # RUNS picks what to train: paper-<task> on the GPU, cpu-<task> (seeds 1 2) on CPU cores; <task> is
 # the lower-case name in datasets/Safety<Task>-v0.hdf5. PAPER_SEED seeds the paper runs.
 # Unset RUNS trains paper-carrun; RUNS= (empty) none of these. Runs share the GPU: two go no
@@ -47,7 +51,7 @@ fi
 RUNS=${RUNS-"paper-carrun"}
 for run in $RUNS; do
     kind=${run%%-*} task=${run#*-}
-    data=$(ls datasets/*.hdf5 | grep -i "/safety${task}-v0.hdf5$")
+    data=$(dataset_of "$task")
     if [ "$kind" = paper ]; then
         train "cdt-$task-paper" "$data" --preset paper --device cuda --bf16 --seed "${PAPER_SEED:-0}" \
             --checkpoint-every 3000 --update-steps 100000 &
@@ -61,7 +65,7 @@ done
 if [ -n "${SWEEP:-}" ]; then
     while read -r name task device options; do
         case "$name" in "" | "#"*) continue ;; esac
-        data=$(ls datasets/*.hdf5 | grep -i "/safety${task}-v0.hdf5$")
+        data=$(dataset_of "$task")
         # shellcheck disable=SC2086  # the options are words of the sweep file
         train "$name" "$data" --preset cpu-budget --device "$device" --fail-fast-step 0 $options &
     done <"$SWEEP"
