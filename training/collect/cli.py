@@ -2,10 +2,13 @@
 
 The paper's appendix ("Dataset Collection") trains PPO-Lagrangian while the cost threshold
 rises from eps_1 to eps_2 between epochs n_1 and n_2, keeps every rollout, then thins the data
-with a grid filter over (cost return, reward return). A run directory holds the raw rollouts of
-every epoch and a resumable learner state, so an interrupted run loses at most one epoch (run the
-same command again to resume). The output dataset (and its summary and plot beside it) is never
-replaced without `--force`: that is checked, with the task and every value, before the first epoch.
+with a grid filter over (cost return, reward return). A falling phase may follow the ramp
+(`--fall-to`, ours, not the paper's): the threshold then falls to a tight value, so that an agent
+that has learned the task learns to keep a tight budget too. A run directory holds the raw
+rollouts of every epoch and a resumable learner state, so an interrupted run loses at most one
+epoch (run the same command again to resume). The output dataset (and its summary and plot
+beside it) is never replaced without `--force`: that is checked, with the task and every value,
+before the first epoch.
 Here: the settings and the command; the run itself is `collection.py`'s, imported after parsing.
 """
 
@@ -53,6 +56,29 @@ class TaskSchedule:
     """GAE lambda, for both critics."""
     gamma: float
     """discount, for both critics."""
+    fall_to: float | None = None
+    """eps_3, not the paper's: after the last epoch of the ramp above, the threshold falls
+    linearly from eps_2 to this over `fall_epochs` more epochs, then holds for `hold_epochs`
+    (None: no falling phase). An agent that has learned the task at a loose threshold then
+    learns to keep a tight one: the data gain episodes that are both rewarding and safe."""
+    fall_epochs: int = 0
+    """epochs over which the threshold falls from eps_2 to eps_3."""
+    hold_epochs: int = 0
+    """epochs at eps_3 after the fall."""
+
+    @property
+    def total_epochs(self) -> int:
+        """Epochs of the whole run: the ramp's, then the falling phase's, if any."""
+        if self.fall_to is None:
+            return self.epochs
+        return self.epochs + self.fall_epochs + self.hold_epochs
+
+    def threshold(self, epoch: int) -> float:
+        """The cost threshold at `epoch`: the paper's ramp, then the falling phase."""
+        if self.fall_to is None or epoch <= self.epochs:
+            return cost_threshold(epoch, self.eps_1, self.eps_2, self.n_1, self.n_2)
+        start = self.epochs
+        return cost_threshold(epoch, self.eps_2, self.fall_to, start, start + self.fall_epochs)
 
 
 # The paper's table "hyperparameters for CPPO" (appendix, tab:dataset-hyperparameters) gives
@@ -93,6 +119,14 @@ class CollectConfig:
     """n_1: the epoch at which the threshold starts rising."""
     rise_end_epoch: int | None = None
     """n_2: the epoch at which the threshold reaches eps_2."""
+    fall_to: float | None = None
+    """eps_3 (not the paper's): after the schedule's last epoch, the threshold falls linearly
+    from eps_2 to this over --fall-epochs more epochs, then holds for --hold-epochs. None: the
+    paper's schedule alone."""
+    fall_epochs: int = 0
+    """epochs of the fall to --fall-to."""
+    hold_epochs: int = 0
+    """epochs at --fall-to after the fall."""
     num_envs: int = 8
     """envs stepped together (the policy runs batched)."""
     env_workers: int = 1
@@ -139,9 +173,10 @@ class CollectConfig:
         counts |= {"--max-per-cell": self.max_per_cell}
         epochs: dict[str, int | None] = {"--rise-start-epoch": self.rise_start_epoch}
         epochs |= {"--rise-end-epoch": self.rise_end_epoch}
+        epochs |= {"--fall-epochs": self.fall_epochs, "--hold-epochs": self.hold_epochs}
         numbers: dict[str, float | None] = {"--threshold-start": self.threshold_start}
         numbers |= {"--threshold-end": self.threshold_end, "--k-p": self.k_p}
-        numbers |= {"--k-i": self.k_i, "--k-d": self.k_d}
+        numbers |= {"--k-i": self.k_i, "--k-d": self.k_d, "--fall-to": self.fall_to}
         shares: dict[str, float | None] = {"--clip-ratio": self.clip_ratio}
         shares |= {"--gae-lambda": self.gae_lambda}
         shares |= {"--gamma": self.gamma}
@@ -153,6 +188,10 @@ class CollectConfig:
                 f"the threshold must start rising (epoch {schedule.n_1}) no later than it"
                 f" reaches its end value (epoch {schedule.n_2})"
             )
+        if self.fall_to is None and (self.fall_epochs or self.hold_epochs):
+            found.append("--fall-epochs and --hold-epochs need --fall-to")
+        if self.fall_to is not None and self.fall_epochs + self.hold_epochs == 0:
+            found.append("--fall-to needs --fall-epochs or --hold-epochs (epochs after the ramp)")
         return found
 
     def schedule(self) -> TaskSchedule:
@@ -167,6 +206,9 @@ class CollectConfig:
             "clip_ratio": self.clip_ratio,
             "gae_lambda": self.gae_lambda,
             "gamma": self.gamma,
+            "fall_to": self.fall_to,
+            "fall_epochs": self.fall_epochs if self.fall_to is not None else None,
+            "hold_epochs": self.hold_epochs if self.fall_to is not None else None,
         }
         default = TASK_SCHEDULES.get(self.task, DEFAULT_SCHEDULE)
         return dataclasses.replace(default, **{k: v for k, v in given.items() if v is not None})

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from runtime.files import write_atomic
 from runtime.user_errors import UserError
-from training.collect.cli import CollectConfig, TaskSchedule, cost_threshold
+from training.collect.cli import CollectConfig, TaskSchedule
 from training.collect.env_workers import open_envs
 from training.collect.ppo_lagrangian import ActorCritic, PpoSettings, RunningNormaliser, ppo_update
 from training.collect.rollout_collector import EpisodeRecorder, collect_epoch
@@ -125,7 +125,7 @@ def _run_epoch(
     epoch: int,
 ) -> dict[str, str]:
     """Roll out, update the multiplier and policy, save raw data and learner; progress fields."""
-    threshold = cost_threshold(epoch, schedule.eps_1, schedule.eps_2, schedule.n_1, schedule.n_2)
+    threshold = schedule.threshold(epoch)
     result = collect_epoch(
         recorder,
         learner.model,
@@ -169,11 +169,11 @@ def learn(config: CollectConfig) -> None:
         learner = _make_learner(config, observation_dim, action_dim)
         recorder = EpisodeRecorder(envs, seed=config.seed * 10_000 + learner.first_epoch)
         progress = tqdm(
-            range(learner.first_epoch, schedule.epochs),
+            range(learner.first_epoch, schedule.total_epochs),
             desc=f"collect {config.task}",
             unit="epoch",
             initial=learner.first_epoch,
-            total=schedule.epochs,
+            total=schedule.total_epochs,
         )
         for epoch in progress:
             started = time.perf_counter()
@@ -201,10 +201,12 @@ def finalize(config: CollectConfig) -> Path:
         rng=np.random.default_rng(config.seed),
     )
     kept = [episodes[i] for i in sorted(keep)]
+    schedule = config.schedule()
+    falling = "" if schedule.fall_to is None else f", then falling to {schedule.fall_to:g}"
     attrs = {
         "env_id": config.task,
-        "collector": "PPO-Lagrangian (PID multiplier), rising cost threshold",
-        "schedule": dataclasses.asdict(config.schedule()),
+        "collector": f"PPO-Lagrangian (PID multiplier), rising cost threshold{falling}",
+        "schedule": dataclasses.asdict(schedule),
         "grid_filter": {
             "cost_bins": config.cost_bins,
             "reward_bins": config.reward_bins,

@@ -37,6 +37,27 @@ def test_paper_task_schedule_resolves_and_command_line_wins() -> None:
     assert (overridden.clip_ratio, overridden.n_1, overridden.epochs) == (0.15, 20, 570)
 
 
+def test_falling_phase_follows_the_ramp_then_holds() -> None:
+    argv = ["--task", "SafetyDroneCircle-v0", "--fall-to", "5", "--fall-epochs", "170"]
+    schedule = tyro.cli(CollectConfig, args=[*argv, "--hold-epochs", "60"]).schedule()
+    assert schedule.total_epochs == 570 + 170 + 60
+    assert schedule.threshold(300) == cost_threshold(300, 10.0, 80.0, 20, 550)
+    assert schedule.threshold(570) == 80.0
+    assert schedule.threshold(655) == pytest.approx(42.5)
+    assert schedule.threshold(740) == schedule.threshold(799) == 5.0
+    paper = CollectConfig(task="SafetyDroneCircle-v0").schedule()
+    assert paper.total_epochs == 570 and paper.threshold(799) == 80.0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--fall-epochs", "10"], ["--fall-to", "5"], ["--fall-to", "-1", "--hold-epochs", "3"]],
+)
+def test_falling_phase_refuses_incomplete_settings(argv: list[str]) -> None:
+    with pytest.raises(UserError, match="fall"):
+        tyro.cli(CollectConfig, args=argv)
+
+
 def test_pid_multiplier_rises_above_threshold_and_falls_below() -> None:
     pid = PidLagrangian()
     rising = [pid.update(episode_cost=50.0, threshold=10.0) for _ in range(20)]
