@@ -68,9 +68,7 @@ class TaskSchedule:
 
     @property
     def total_epochs(self) -> int:
-        """Epochs of the whole run: the ramp's, then the falling phase's, if any."""
-        if self.fall_to is None:
-            return self.epochs
+        """Epochs of the whole run: the ramp's, then the falling phase's (0 without one)."""
         return self.epochs + self.fall_epochs + self.hold_epochs
 
     def threshold(self, epoch: int) -> float:
@@ -207,8 +205,8 @@ class CollectConfig:
             "gae_lambda": self.gae_lambda,
             "gamma": self.gamma,
             "fall_to": self.fall_to,
-            "fall_epochs": self.fall_epochs if self.fall_to is not None else None,
-            "hold_epochs": self.hold_epochs if self.fall_to is not None else None,
+            "fall_epochs": self.fall_epochs,
+            "hold_epochs": self.hold_epochs,
         }
         default = TASK_SCHEDULES.get(self.task, DEFAULT_SCHEDULE)
         return dataclasses.replace(default, **{k: v for k, v in given.items() if v is not None})
