@@ -2,6 +2,7 @@
 
     python bench/authors_step.py --osrl PATH/TO/OSRL
     python bench/authors_step.py --osrl PATH/TO/OSRL --steps 2 --rounds 1   # smoke check
+    python bench/authors_step.py --osrl PATH/TO/OSRL --recipe cpu-budget --threads 1
 
 --osrl names a clone of https://github.com/liuzuxin/OSRL (commit 03a4586); nothing of it is
 copied into this repository, the bench imports it from there. Both sides train on the same
@@ -30,6 +31,13 @@ authors' cost-prediction loss (weight 0.02), one `step` each. The authors' step 
 state-prediction head whose loss weight is 0; ours does not. The parameter counts are printed as
 a check.
 
+--recipe cpu-budget times the recipe every shipped model since 2026-11-27 was trained with
+instead: ours is the `cpu-budget` preset as `cdt train` runs it (2 x 64 x 4, context 1, no
+dropout, its return features, cosine schedule and weight averaging), theirs the same config with
+the model's size, context, dropouts and cost-prediction weight set to the preset's
+(AUTHORS_AT_CPU_BUDGET); everything else stays theirs. The floor is then not printed: at this size
+the step is not its matrix products.
+
 Modules OSRL imports that are not installed get minimal stand-ins, in sys.modules only while
 OSRL's modules are imported (the report says which). None of them runs inside a timed step:
 - fsrl.utils (DummyLogger, WandbLogger): cdt.py builds a DummyLogger as a default argument and
@@ -43,6 +51,7 @@ OSRL's modules are imported (the report says which). None of them runs inside a 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import importlib.machinery
 import importlib.util
@@ -68,6 +77,19 @@ if TYPE_CHECKING:
 TASK = "OfflineCarRun-v0"  # the per-task config class the synthetic data is shaped like
 MAX_ACTION = 1.0  # CarRun's action bound; CDT stores it for rollouts only
 CDT_FILE = Path("osrl/algorithms/cdt.py")
+RECIPES = ("paper", "cpu-budget")
+# The authors' config fields that --recipe cpu-budget sets to the `cpu-budget` preset's values
+# (training/learn/config.py): model size, context, dropouts and the cost head's weight.
+AUTHORS_AT_CPU_BUDGET = {
+    "embedding_dim": 64,
+    "num_layers": 2,
+    "num_heads": 4,
+    "seq_len": 1,
+    "attention_dropout": 0.0,
+    "residual_dropout": 0.0,
+    "embedding_dropout": 0.0,
+    "loss_cost_weight": 0.0,
+}
 CONFIG_FILE = Path("examples/configs/cdt_configs.py")
 
 
@@ -170,10 +192,14 @@ def load_file(name: str, path: Path) -> ModuleType:
     return module
 
 
-def authors_config(osrl: Path) -> SimpleNamespace:
-    """Their CarRun config, as train_cdt.py turns it into `args` (no command-line overrides)."""
+def authors_config(osrl: Path, recipe: str) -> SimpleNamespace:
+    """Their CarRun config, as train_cdt.py turns it into `args` (command-line overrides only
+    for --recipe cpu-budget: AUTHORS_AT_CPU_BUDGET)."""
     configs = load_file("osrl_cdt_configs", osrl / CONFIG_FILE)
-    return SimpleNamespace(**asdict(configs.CDT_DEFAULT_CONFIG[TASK]()))
+    args = SimpleNamespace(**asdict(configs.CDT_DEFAULT_CONFIG[TASK]()))
+    if recipe == "cpu-budget":
+        vars(args).update(AUTHORS_AT_CPU_BUDGET)
+    return args
 
 
 def dsrl_dict(dataset: Path) -> dict[str, np.ndarray]:
@@ -193,7 +219,7 @@ class Side:
 
 
 def authors_side(
-    osrl: Path, data: dict[str, np.ndarray], batch_size: int
+    osrl: Path, data: dict[str, np.ndarray], batch_size: int, recipe: str
 ) -> tuple[Side, LastValues, SimpleNamespace]:
     """Their model, trainer, dataset and loader, built as train_cdt.py builds them."""
     from osrl.algorithms.cdt import CDT, CDTTrainer  # imported by main(), with the stand-ins
@@ -201,7 +227,7 @@ def authors_side(
     from osrl.common.exp_util import seed_all
     from torch.utils.data import DataLoader
 
-    args = authors_config(osrl)
+    args = authors_config(osrl, recipe)
     args.device = "cpu"
     seed_all(args.seed)
     action_dim = data["actions"].shape[1]
@@ -299,11 +325,18 @@ def authors_side(
     return Side("authors (OSRL 03a4586)", step, parameters), recorder, args
 
 
-def our_config(dataset: Path, out_dir: Path, threads: int) -> TrainConfig:
+def our_config(dataset: Path, out_dir: Path, threads: int, recipe: str) -> TrainConfig:
     """TrainConfig as bench/train_throughput.py's main() builds it, at the paper's dropout, with
-    the authors' cost-prediction loss (weight 0.02) on, so that both sides train the same heads."""
-    from training.learn.config import TrainConfig
+    the authors' cost-prediction loss (weight 0.02) on, so that both sides train the same heads;
+    or the `cpu-budget` preset as `cdt train` runs it."""
+    from training.learn.config import PRESETS, TrainConfig
 
+    if recipe == "cpu-budget":
+        return dataclasses.replace(
+            PRESETS["cpu-budget"], dataset=dataset, out_dir=out_dir, run_name="bench",
+            tensorboard=False, eval_every=0, fail_fast_step=0, update_steps=0,
+            num_threads=threads, device="cpu",
+        )  # fmt: skip
     return TrainConfig(
         dataset=dataset, out_dir=out_dir, run_name="bench", dropout=0.1,
         cost_prediction_weight=0.02,
@@ -392,6 +425,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds, best kept")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument(
+        "--recipe", choices=RECIPES, default="paper",
+        help="paper: their CarRun config, 3 x 128 x 8, K = 10; cpu-budget: our preset, both sides "
+        "at its size (2 x 64 x 4, context 1)",
+    )  # fmt: skip
     args = parser.parse_args()
     osrl = check_osrl(args.osrl)
 
@@ -405,10 +443,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="cdt-authors-") as workdir:
         dataset = synthetic_dataset(Path(workdir) / "synthetic.hdf5")
-        theirs, recorder, config = authors_side(osrl, dsrl_dict(dataset), args.batch_size)
-        ours, our_loss = our_side(our_config(dataset, Path(workdir), args.threads), args.batch_size)
+        data = dsrl_dict(dataset)
+        theirs, recorder, config = authors_side(osrl, data, args.batch_size, args.recipe)
+        ours, our_loss = our_side(
+            our_config(dataset, Path(workdir), args.threads, args.recipe), args.batch_size
+        )
         measure([theirs, ours], args.steps, args.rounds, args.threads)
-        gflop, floor = matrix_product_floor(ours, args.threads)
+        floor = matrix_product_floor(ours, args.threads) if args.recipe == "paper" else None
 
     from training.ledger import cpu_name
 
@@ -418,6 +459,8 @@ def main() -> None:
         f"best of {args.rounds} interleaved rounds of {args.steps} steps after 1 warm-up step"
     )
     print(f"stand-ins for missing modules: {', '.join(missing) or 'none'}")
+    changed = ", ".join(AUTHORS_AT_CPU_BUDGET) if args.recipe == "cpu-budget" else "none"
+    print(f"recipe {args.recipe}; authors' config fields set to the preset's: {changed}")
     print(
         f"authors' config ({TASK}): {config.num_layers} layers x {config.embedding_dim} x "
         f"{config.num_heads} heads, seq_len {config.seq_len}, episode_len {config.episode_len}, "
@@ -427,13 +470,19 @@ def main() -> None:
     for side in (theirs, ours):
         print(f"{side.name:<30} {side.wall:>8.3f} {side.cpu:>11.3f} {side.parameters:>11,}")
     print(f"authors / ours: {theirs.wall / ours.wall:.2f}x wall, {theirs.cpu / ours.cpu:.2f}x CPU")
-    print(
-        f"floor: our step's matrix products alone ({gflop:.1f} GFLOP, each timed by itself at its "
-        f"shapes) take {floor:.3f} s, {gflop / floor:.0f} GFLOP/s: no fp32 step of this "
-        f"architecture runs faster here than {theirs.wall / floor:.2f}x the authors'"
-    )
+    if floor is not None:
+        gflop, seconds = floor
+        print(
+            f"floor: our step's matrix products alone ({gflop:.1f} GFLOP, each timed by itself at "
+            f"its shapes) take {seconds:.3f} s, {gflop / seconds:.0f} GFLOP/s: no fp32 step of "
+            f"this architecture runs faster here than {theirs.wall / seconds:.2f}x the authors'"
+        )
     loss = recorder.values.get("all_loss", np.nan)
     verdict = "finite" if np.isfinite(loss) else "NOT finite"
+    if config.seq_len == 1 and not np.isfinite(loss):
+        # their state-prediction loss is the mean of an empty slice at seq_len 1, and weight 0
+        # times NaN is NaN; the step's arithmetic is the same as with a finite loss
+        verdict += ": their state-prediction loss is empty at seq_len 1"
     print(f"sanity: authors' last loss {loss:.4f} ({verdict}), ours {float(our_loss[0]):.4f}")
 
 

@@ -215,7 +215,7 @@ def collect(config: PipelineConfig) -> None:
 
 
 def train(config: PipelineConfig) -> None:
-    from training.learn.train import train as train_run
+    from training.learn.recorded import train_and_record
 
     args = ["--dataset", str(config.dataset_path), *config.training_args()]
     args += ["--eval-every", "0", "--checkpoint-every", str(config.checkpoint_every)]
@@ -223,16 +223,19 @@ def train(config: PipelineConfig) -> None:
     args += ["--out-dir", str(config.run_dir.parent), "--run-name", config.run_dir.name]
     if (config.run_dir / "last.pt").is_file():  # an interrupted run continues where it stopped
         args += ["--resume", str(config.run_dir / "last.pt")]
-    train_run(parse_config(args))
+    train_and_record(parse_config(args))
 
 
 def select(config: PipelineConfig) -> None:
-    from training.evaluation.select_checkpoint import select_best
+    from training.evaluation.select_checkpoint import record_selection, select_best
 
     episodes = 1 if config.smoke else None
     # guided presets get no fed-budget calibration: guidance acts on the cost token instead
     scales = SELECTION_BUDGET_SCALES if config.preset == "paper" and not config.smoke else (1.0,)
-    select_best(config.run_dir, SelectionRule(), config.first_selected_step, scales, episodes)
+    _, chosen = select_best(
+        config.run_dir, SelectionRule(), config.first_selected_step, scales, episodes
+    )
+    record_selection(config.run_dir, chosen)
 
 
 def export(config: PipelineConfig) -> None:
@@ -291,7 +294,7 @@ def _calibrated(config: PipelineConfig) -> bool:
 def evaluate(config: PipelineConfig) -> None:
     """The reported protocol as served (budget guard on), and the model alone beside it; the
     guarded report goes last, since its file marks the stage done."""
-    from training.evaluation.evaluate import evaluate_protocol, write_report
+    from training.evaluation.evaluate import evaluate_protocol, record_report, write_report
 
     for guarded in (False, True):
         result = evaluate_protocol(
@@ -301,7 +304,8 @@ def evaluate(config: PipelineConfig) -> None:
             workers=1 if config.smoke else 2,
             budget_guard=guarded,
         )
-        write_report(result, config.report.parent, "protocol", guarded)
+        stem = write_report(result, config.report.parent, "protocol", guarded)
+        record_report(config.model_dir, stem, "protocol", guarded, config.task, "test")
         record_evaluation(config.model_dir, "protocol" if guarded else "protocol/unguarded", result)
 
 

@@ -17,6 +17,7 @@ from training.collect import collection
 from training.evaluation import calibrate as calibration
 from training.learn import train as training_loop
 from training.learn.interrupt import TrainingInterrupted
+from training.ledger import read_ledger
 from training.pipeline import PipelineConfig, run_pipeline
 
 
@@ -147,7 +148,10 @@ def test_guided_presets_run_guidance_until_it_finished_instead_of_calibration(
 
 @pytest.mark.slow
 def test_pipeline_smoke_runs_every_stage_on_a_tiny_dataset(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    private_ledger: Path,
 ) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sim, "make_env", toy_env_factory)  # every episode, in this process
@@ -174,6 +178,17 @@ def test_pipeline_smoke_runs_every_stage_on_a_tiny_dataset(
     assert (card.evaluation or {})["guidance"]["finished"]
     assert "cdt-ballrun-smoke:" in capsys.readouterr().out
     assert not Path(tmp_path / "datasets").exists()
+    # every run the pipeline made is in the ledger, as if each command had been run by hand
+    entries = read_ledger(private_ledger)
+    assert [entry.command for entry in entries] == [
+        "train", "select", "guidance", "evaluate", "evaluate",
+    ]  # fmt: skip
+    assert entries[0].outcome == "done" and entries[0].steps == 20
+    assert entries[0].subject == str(config.run_dir)
+    assert entries[1].split == "selection" and entries[1].outcome.startswith("best step ")
+    assert [entry.split for entry in entries[3:]] == ["test", "test"]
+    assert entries[4].outcome.startswith("protocol: ")  # guarded, written last
+    assert entries[3].outcome.startswith("protocol, unguarded: ")
 
 
 @pytest.mark.parametrize(

@@ -302,6 +302,14 @@ def write_report(result: dict[str, Any], out: Path, convention: str, guarded: bo
     return json_path.with_suffix("")
 
 
+def record_report(
+    model_dir: Path, stem: Path, convention: str, guarded: bool, task: str | None, split: str
+) -> None:
+    """The ledger's entry for an evaluation written to `stem`.json."""
+    fate = f"{convention}{'' if guarded else ', unguarded'}: {stem}.json"
+    record(LedgerEntry("evaluate", str(model_dir), fate, task=task or "", split=split))
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = CommandParser(prog="cdt evaluate", description=__doc__.splitlines()[0])
     parser.add_argument("model_dir", type=Path, help="exported policy directory (models/NAME)")
@@ -400,9 +408,7 @@ def main(argv: list[str] | None = None) -> None:
     print(to_markdown(result))
     stem = write_report(result, out, args.convention, args.budget_guard)
     print(f"written: {stem}.json, {stem}.md")
-    guard = "" if args.budget_guard else ", unguarded"
-    fate = f"{args.convention}{guard}: {stem}.json"
-    record(LedgerEntry("evaluate", str(args.model_dir), fate, task=task, split=args.split))
+    record_report(args.model_dir, stem, args.convention, args.budget_guard, task, args.split)
     if args.record:
         key = _record_key(args.convention, args.target_cost, args.deterministic)
         key += "" if args.budget_guard else "/unguarded"

@@ -21,6 +21,7 @@ from runtime.files import check_writable, write_atomic
 from runtime.user_errors import UserError
 from training.evaluation.checkpoint_scores import score_checkpoint, selection_record, verdict
 from training.learn.checkpoint import load_checkpoint, write_checkpoint
+from training.ledger import LedgerEntry, record
 
 logger = logging.getLogger(__name__)
 
@@ -184,3 +185,9 @@ def select_best(
     }
     write_checkpoint(run_dir / "best.pt", payload)
     return run_dir / "best.pt", best_evaluation
+
+
+def record_selection(run_dir: Path, evaluation: dict[str, Any]) -> None:
+    """The ledger's entry for a selection that chose `evaluation` in `run_dir`."""
+    fate = f"best step {evaluation['step']}: {verdict(evaluation)}"
+    record(LedgerEntry("select", str(run_dir), fate, split="selection"))

@@ -13,7 +13,6 @@ from pathlib import Path
 from runtime.arguments import CommandParser, non_negative_int, positive_float, positive_int, share
 from runtime.evaluation_protocol import SELECTION_BUDGET_SCALES, SelectionRule
 from runtime.user_errors import UserError, exit_on_user_errors
-from training.ledger import LedgerEntry, record
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,8 +53,11 @@ def main(argv: list[str] | None = None) -> None:
     if not args.run_dir.is_dir():
         raise UserError(f"{args.run_dir} is not a folder")
     # Imported after parsing: scoring loads torch (~2 s), which --help never needs.
-    from training.evaluation.checkpoint_scores import verdict
-    from training.evaluation.select_checkpoint import check_checkpoints, select_best
+    from training.evaluation.select_checkpoint import (
+        check_checkpoints,
+        record_selection,
+        select_best,
+    )
 
     check_checkpoints(args.run_dir, args.from_step)
     rule = SelectionRule(args.cost_margin, args.max_share_over, args.min_budget_use)
@@ -71,8 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         f"best: step {evaluation['step']} {calibration} budget "
         f"({outcome}, score {evaluation['score']:.2f}) -> {path}"
     )
-    fate = f"best step {evaluation['step']}: {verdict(evaluation)}"
-    record(LedgerEntry("select", str(args.run_dir), fate, split="selection"))
+    record_selection(args.run_dir, evaluation)
 
 
 if __name__ == "__main__":

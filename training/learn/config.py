@@ -309,7 +309,7 @@ class TrainConfig:
         (e.g. `cpu-budget --no-augment`): the ledger's recipe, so an ablation is told apart
         from its preset. Bookkeeping, evaluation, selection and speed settings are left out."""
         base = PRESETS[self.preset]
-        flags = [self.preset]
+        flags: list[str] = [self.preset]
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if field.name in _NOT_RECIPE or value == getattr(base, field.name):
