@@ -303,11 +303,11 @@ def write_report(result: dict[str, Any], out: Path, convention: str, guarded: bo
 
 
 def record_report(
-    model_dir: Path, stem: Path, convention: str, guarded: bool, task: str | None, split: str
+    model_dir: Path, stem: Path, convention: str, guarded: bool, task: str, split: str
 ) -> None:
     """The ledger's entry for an evaluation written to `stem`.json."""
     fate = f"{convention}{'' if guarded else ', unguarded'}: {stem}.json"
-    record(LedgerEntry("evaluate", str(model_dir), fate, task=task or "", split=split))
+    record(LedgerEntry("evaluate", str(model_dir), fate, task=task, split=split))
 
 
 def _parser() -> argparse.ArgumentParser:
