@@ -35,7 +35,7 @@ a check.
 instead: ours is the `cpu-budget` preset as `cdt train` runs it (2 x 64 x 4, context 1, no
 dropout, its return features, cosine schedule and weight averaging), theirs the same config with
 the model's size, context, dropouts and cost-prediction weight set to the preset's
-(AUTHORS_AT_CPU_BUDGET); everything else stays theirs. The floor is then not printed: at this size
+(authors_at_cpu_budget()); everything else stays theirs. The floor is then not printed: at this size
 the step is not its matrix products.
 
 Modules OSRL imports that are not installed get minimal stand-ins, in sys.modules only while
@@ -78,18 +78,6 @@ TASK = "OfflineCarRun-v0"  # the per-task config class the synthetic data is sha
 MAX_ACTION = 1.0  # CarRun's action bound; CDT stores it for rollouts only
 CDT_FILE = Path("osrl/algorithms/cdt.py")
 RECIPES = ("paper", "cpu-budget")
-# The authors' config fields that --recipe cpu-budget sets to the `cpu-budget` preset's values
-# (training/learn/config.py): model size, context, dropouts and the cost head's weight.
-AUTHORS_AT_CPU_BUDGET = {
-    "embedding_dim": 64,
-    "num_layers": 2,
-    "num_heads": 4,
-    "seq_len": 1,
-    "attention_dropout": 0.0,
-    "residual_dropout": 0.0,
-    "embedding_dropout": 0.0,
-    "loss_cost_weight": 0.0,
-}
 CONFIG_FILE = Path("examples/configs/cdt_configs.py")
 
 
@@ -192,13 +180,30 @@ def load_file(name: str, path: Path) -> ModuleType:
     return module
 
 
+def authors_at_cpu_budget() -> dict[str, float]:
+    """The authors' config fields that --recipe cpu-budget sets, each to the `cpu-budget`
+    preset's value: model size, context, dropouts and the cost head's weight."""
+    from training.learn.config import PRESETS
+
+    preset = PRESETS["cpu-budget"]
+    dropouts = ("attention_dropout", "residual_dropout", "embedding_dropout")
+    return {
+        "embedding_dim": preset.embedding_dim,
+        "num_layers": preset.num_layers,
+        "num_heads": preset.num_heads,
+        "seq_len": preset.seq_len,
+        **dict.fromkeys(dropouts, preset.dropout),
+        "loss_cost_weight": preset.cost_prediction_weight,
+    }
+
+
 def authors_config(osrl: Path, recipe: str) -> SimpleNamespace:
     """Their CarRun config, as train_cdt.py turns it into `args` (command-line overrides only
-    for --recipe cpu-budget: AUTHORS_AT_CPU_BUDGET)."""
+    for --recipe cpu-budget: authors_at_cpu_budget())."""
     configs = load_file("osrl_cdt_configs", osrl / CONFIG_FILE)
     args = SimpleNamespace(**asdict(configs.CDT_DEFAULT_CONFIG[TASK]()))
     if recipe == "cpu-budget":
-        vars(args).update(AUTHORS_AT_CPU_BUDGET)
+        vars(args).update(authors_at_cpu_budget())
     return args
 
 
@@ -459,7 +464,7 @@ def main() -> None:
         f"best of {args.rounds} interleaved rounds of {args.steps} steps after 1 warm-up step"
     )
     print(f"stand-ins for missing modules: {', '.join(missing) or 'none'}")
-    changed = ", ".join(AUTHORS_AT_CPU_BUDGET) if args.recipe == "cpu-budget" else "none"
+    changed = ", ".join(authors_at_cpu_budget()) if args.recipe == "cpu-budget" else "none"
     print(f"recipe {args.recipe}; authors' config fields set to the preset's: {changed}")
     print(
         f"authors' config ({TASK}): {config.num_layers} layers x {config.embedding_dim} x "

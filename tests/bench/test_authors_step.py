@@ -17,7 +17,7 @@ def test_the_floor_counts_and_times_each_matrix_product_of_a_step() -> None:
 
 
 def test_the_cpu_budget_recipe_sets_the_authors_model_to_the_presets_size(tmp_path) -> None:
-    from bench.authors_step import AUTHORS_AT_CPU_BUDGET, our_config
+    from bench.authors_step import authors_at_cpu_budget, our_config
     from training.learn.config import PRESETS
 
     preset = PRESETS["cpu-budget"]
@@ -26,7 +26,11 @@ def test_the_cpu_budget_recipe_sets_the_authors_model_to_the_presets_size(tmp_pa
         preset.embedding_dim, preset.num_layers, preset.num_heads, preset.seq_len,
     )  # fmt: skip
     assert ours.weight_averaging == preset.weight_averaging and ours.eval_every == 0
-    theirs = AUTHORS_AT_CPU_BUDGET
+    theirs = authors_at_cpu_budget()
+    assert set(theirs) == {
+        "embedding_dim", "num_layers", "num_heads", "seq_len",
+        "attention_dropout", "residual_dropout", "embedding_dropout", "loss_cost_weight",
+    }  # fmt: skip
     assert (theirs["embedding_dim"], theirs["num_layers"], theirs["num_heads"]) == (
         preset.embedding_dim, preset.num_layers, preset.num_heads,
     )  # fmt: skip
