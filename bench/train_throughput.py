@@ -46,7 +46,10 @@ from training.learn.losses import LossTerms
 from training.learn.state import TrainState
 from training.learn.train import prepare_training, train_step
 
-SPEED_OPTIONS = ("prebuilt_batches", "fused_attention", "skip_unread_outputs", "fast_dropout")
+SPEED_OPTIONS = (
+    *("prebuilt_batches", "fused_attention", "skip_unread_outputs", "fast_dropout"),
+    "flat_parameters",
+)
 REFERENCE_S_PER_STEP = {256: 0.55, 2048: 8.9}  # the authors' implementation, from the issue
 
 
@@ -111,6 +114,7 @@ def make_state(base: TrainConfig, options: dict[str, bool], batch_size: int) -> 
         fused_attention=options["fused_attention"],
         skip_unread_outputs=options["skip_unread_outputs"],
         fast_dropout=options["fast_dropout"],
+        flat_parameters=options["flat_parameters"],
         num_threads=1 if options.get("one_thread") else base.num_threads,
         bf16=options.get("bf16", False),
         compile=options.get("compile", False),

@@ -204,9 +204,14 @@ class TrainConfig:
     fused_attention: bool = True
     """Use scaled_dot_product_attention instead of the written-out softmax attention."""
     skip_unread_outputs: bool = True
-    """Compute only the read tokens in the last block (exact; about a fifth fewer FLOPs)."""
+    """Compute only what is read (exact): the last block's read tokens (about a fifth fewer
+    FLOPs), and, without the cost head, no block sees the newest action token (a quarter of
+    the tokens at seq_len 1)."""
     fast_dropout: bool = True
     """Dropout masks from 16-bit random numbers (p rounded to 2^-16; ~2.5x cheaper on CPU)."""
+    flat_parameters: bool = True
+    """On a CPU (one process, uncompiled): every parameter a view of one buffer, so that AdamW,
+    gradient clipping and the weight average each run a few ops, not one per tensor (exact)."""
 
     def __post_init__(self) -> None:
         if self.seq_len < 1 or self.batch_size < 1 or self.update_steps < 0:
@@ -348,7 +353,7 @@ _NOT_RECIPE = frozenset(
         *("selection_cost_margin", "selection_max_share_over", "selection_min_budget_use"),
         *("fail_fast_step", "fail_fast_min_effect", "log_every", "checkpoint_every"),
         *("keep_checkpoints", "tensorboard", "device", "compile", "num_threads"),
-        *("fused_attention", "skip_unread_outputs", "fast_dropout"),
+        *("fused_attention", "skip_unread_outputs", "fast_dropout", "flat_parameters"),
     }
 )
 """Settings that do not change what a run learns (the ledger has its own columns for the

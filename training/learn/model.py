@@ -12,7 +12,6 @@ pre- and post-processing around this module.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -21,9 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-TOKENS_PER_STEP = 4  # (R_t, C_t, s_t, a_t)
-STATE_TOKEN = 2  # index of s_t inside one step's tokens
-ACTION_TOKEN = 3  # index of a_t inside one step's tokens
+from training.learn.tokens import TOKENS_PER_STEP, TokenSelector, reader
+
 # What a deterministic policy reports as its log-std (ARTIFACT.md: "a constant").
 DETERMINISTIC_LOG_STD = -20.0
 
@@ -47,7 +45,7 @@ class ModelConfig:
     cost_to_go_offset: float | None = None
     cost_conditioned: bool = True  # False: the cost-to-go input is ignored (unconstrained DT)
     fused_attention: bool = True
-    skip_unread_outputs: bool = True  # last block computes only the tokens that are read (exact)
+    skip_unread_outputs: bool = True  # compute only the tokens that are read (exact)
     fast_dropout: bool = True  # dropout masks from 16-bit random numbers (see `dropout`)
     # Return tokens: 0 keeps the plain Linear(1, emb) embedding; n > 0 adds n triangular basis
     # functions over the given ranges of the fed (scaled) values (see `ScalarEmbedding`).
@@ -193,38 +191,6 @@ class TransformerBlock(nn.Module):
             queries = select(normed, 1)
             x = x + self._drop(self.attention(queries, normed, select(allowed, 2)))
         return x + self._drop(self.mlp(self.norm2(x)))
-
-
-TokenSelector = Callable[[torch.Tensor, int], torch.Tensor]
-
-
-def select_token_types(types: tuple[int, ...]) -> TokenSelector:
-    """A selector keeping the given token types of every step (tokens are step-major)."""
-
-    def select(x: torch.Tensor, dim: int) -> torch.Tensor:
-        shape = x.shape
-        # [..., steps * 4, ...] -> [..., steps, 4, ...]
-        steps = x.view(*shape[:dim], -1, TOKENS_PER_STEP, *shape[dim + 1 :])
-        first, count = types[0], len(types)
-        if types != tuple(range(first, first + count)):
-            raise ValueError(f"token types must be consecutive, got {types}")
-        picked = steps.narrow(dim + 1, first, count)
-        # [..., steps, count, ...] -> [..., steps * count, ...]
-        return picked.reshape(*shape[:dim], -1, *shape[dim + 1 :])
-
-    return select
-
-
-def select_newest_state(x: torch.Tensor, dim: int) -> torch.Tensor:
-    """Keep only the newest step's state token: [..., steps * 4, ...] -> [..., 1, ...]."""
-    return x.narrow(dim, x.shape[dim] - TOKENS_PER_STEP + STATE_TOKEN, 1)
-
-
-def _reader(newest_only: bool, with_cost: bool) -> TokenSelector:
-    """The tokens the heads read: state tokens (+ action tokens for the cost head)."""
-    if newest_only:
-        return select_newest_state
-    return select_token_types((STATE_TOKEN, ACTION_TOKEN) if with_cost else (STATE_TOKEN,))
 
 
 class ScalarEmbedding(nn.Module):
@@ -381,12 +347,18 @@ class ConstrainedDecisionTransformer(nn.Module):
             newest_only: predict only the newest step (inference): seq_len 1, no cost logits.
         """
         batch_size, seq_len = padding_mask.shape
-        hidden = self._embed(states, actions, returns_to_go, costs_to_go, time_steps)
+        with_cost = self.cost_head is not None and not newest_only
+        # The newest action token comes last, so no token attends to it, and without the cost
+        # head nothing reads it: every block runs without it (exact; a quarter of the tokens at
+        # seq_len 1).
+        unread_last = self.config.skip_unread_outputs and not with_cost
+        hidden = self._embed(states, actions, returns_to_go, costs_to_go, time_steps, unread_last)
         allowed = self._attention_mask(padding_mask)
+        if unread_last:
+            allowed = allowed[:, :, :-1, :-1]
         for block in self.blocks[:-1]:
             hidden = block(hidden, allowed)
-        with_cost = self.cost_head is not None and not newest_only
-        select = _reader(newest_only, with_cost)
+        select = reader(newest_only, with_cost)
         if self.config.skip_unread_outputs:
             hidden = self.blocks[-1](hidden, allowed, select)
         else:  # the whole last block, then pick (same numbers, ~20% more FLOPs; for benchmarks)
@@ -407,8 +379,10 @@ class ConstrainedDecisionTransformer(nn.Module):
         returns_to_go: torch.Tensor,
         costs_to_go: torch.Tensor,
         time_steps: torch.Tensor,
+        without_newest_action: bool = False,
     ) -> torch.Tensor:
-        """Token embeddings plus timestep embedding, normalised: [batch, seq_len * 4, emb]."""
+        """Token embeddings plus timestep embedding, normalised: [batch, seq_len * 4, emb]
+        ([batch, seq_len * 4 - 1, emb] `without_newest_action`)."""
         batch_size, seq_len = time_steps.shape
         if not self.config.cost_conditioned:
             costs_to_go = torch.zeros_like(costs_to_go)  # the token then carries time only
@@ -424,6 +398,8 @@ class ConstrainedDecisionTransformer(nn.Module):
         ]
         # [batch, seq_len, 4, emb] -> [batch, seq_len * 4, emb], (R_0, C_0, s_0, a_0, R_1, ...)
         sequence = torch.stack(tokens, dim=2).reshape(batch_size, TOKENS_PER_STEP * seq_len, -1)
+        if without_newest_action:
+            sequence = sequence[:, :-1]
         hidden: torch.Tensor = self.embedding_norm(sequence)
         if self.training and self.config.dropout:
             hidden = dropout(hidden, self.config.dropout, self.config.fast_dropout)

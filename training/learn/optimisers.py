@@ -14,12 +14,16 @@ from training.learn.model import EntropyTemperature
 
 
 def make_optimisers(
-    config: TrainConfig, model: torch.nn.Module, action_dim: int, device: torch.device
+    config: TrainConfig,
+    parameters: list[torch.Tensor],
+    action_dim: int,
+    device: torch.device,
 ) -> tuple[Any, ...]:
-    """AdamW with the warm-up schedule, plus the entropy temperature's own Adam when learned:
-    (optimizer, scheduler, temperature or None, temperature optimizer or None)."""
+    """AdamW over `parameters` (the model's, or its flat buffer) with the warm-up schedule, plus
+    the entropy temperature's own Adam when learned: (optimizer, scheduler, temperature or
+    None, temperature optimizer or None)."""
     optimizer = torch.optim.AdamW(
-        model.parameters(),
+        parameters,
         lr=config.learning_rate,
         betas=config.betas,
         weight_decay=config.weight_decay,

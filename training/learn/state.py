@@ -18,6 +18,7 @@ from training.data.windows import Batch, NormalisationStats, WindowSampler
 from training.learn.checkpoint import load_checkpoint, write_checkpoint
 from training.learn.config import TrainConfig
 from training.learn.distributed import DistributedContext, gather_states
+from training.learn.flat_parameters import FlatParameters, flat_optimizer_state
 from training.learn.metrics import ScalarLog
 from training.learn.model import ConstrainedDecisionTransformer, EntropyTemperature
 
@@ -44,6 +45,8 @@ class TrainState:
     best_score: float = -math.inf
     evaluation: dict[str, Any] | None = None  # the latest in-env evaluation (for the model card)
     averaged: AveragedModel | None = None  # the weight average checkpoints carry (if any)
+    flat: FlatParameters | None = None  # the model's parameters as one buffer (CPU)
+    flat_average: FlatParameters | None = None  # the same for `averaged`'s
     probe_batch: Batch | None = None  # recorded windows of the token probe
     last_rows: list[BudgetRow] = dataclasses.field(default_factory=list)  # latest selection rows
 
@@ -123,7 +126,10 @@ def restore_checkpoint(state: TrainState, checkpoint: dict[str, Any]) -> None:
     if state.averaged is not None:
         state.averaged.module.load_state_dict(checkpoint["model"])
         state.averaged.n_averaged.fill_(int(checkpoint["step"]))
-    state.optimizer.load_state_dict(checkpoint["optimizer"])
+    optimizer_state = checkpoint["optimizer"]
+    if state.flat is not None:
+        optimizer_state = flat_optimizer_state(optimizer_state, state.flat)
+    state.optimizer.load_state_dict(optimizer_state)
     state.scheduler.load_state_dict(checkpoint["scheduler"])
     if state.temperature is not None and state.temperature_optimizer is not None:
         state.temperature.load_state_dict(checkpoint["temperature"])

@@ -43,6 +43,7 @@ from training.learn.distributed import (
     process_device,
     shutdown_distributed,
 )
+from training.learn.flat_parameters import FlatParameters
 from training.learn.interrupt import StopRequest, TrainingInterrupted
 from training.learn.losses import LossTerms, policy_loss
 from training.learn.metrics import ScalarLog
@@ -148,19 +149,37 @@ def train_step(state: TrainState, batch: Batch) -> LossTerms:
         entropy_weight=entropy_weight,
         cost_weight=config.effective_cost_prediction_weight,
     )
-    state.optimizer.zero_grad(set_to_none=True)
+    flat = state.flat
+    state.optimizer.zero_grad(set_to_none=flat is None)  # flat: the gradient views must stay
     torch.autograd.backward(terms.loss)
-    torch.nn.utils.clip_grad_norm_(state.trainable.parameters(), config.clip_grad)
+    updated = [flat.values] if flat is not None else list(state.trainable.parameters())
+    torch.nn.utils.clip_grad_norm_(updated, config.clip_grad)
     state.optimizer.step()
     state.scheduler.step()
     if state.averaged is not None:
-        state.averaged.update_parameters(state.model)
+        _update_average(state)
     if state.temperature is not None and state.temperature_optimizer is not None:
         state.temperature_optimizer.zero_grad(set_to_none=True)
         torch.autograd.backward(state.temperature.loss(terms.entropy))
         average_gradients(state.context, list(state.temperature.parameters()))
         state.temperature_optimizer.step()
     return terms
+
+
+def _update_average(state: TrainState) -> None:
+    assert state.averaged is not None
+    if state.flat is None or state.flat_average is None:
+        state.averaged.update_parameters(state.model)
+        return
+    averaged_before = int(state.averaged.n_averaged)
+    state.flat_average.follow(state.flat, state.config.weight_averaging, averaged_before)
+    state.averaged.n_averaged += 1
+
+
+def uses_flat_parameters(config: TrainConfig, device: torch.device, distributed: bool) -> bool:
+    """Flat parameters pay on a CPU, in one process, uncompiled (CUDA has fused AdamW)."""
+    cpu_alone = device.type == "cpu" and not distributed
+    return config.flat_parameters and cpu_alone and not config.compile
 
 
 def cpu_has_native_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
@@ -184,7 +203,9 @@ def prepare_training(config: TrainConfig) -> TrainState:
     if config.bf16 and device.type == "cpu" and not cpu_has_native_bf16():
         logger.warning("--bf16 on a CPU without bf16 instructions: expect much slower training")
     model = build_model(config, stats, dims, dataset.reward_returns).to(device)
-    optimisers = make_optimisers(config, model, dims[1], device)
+    flat = FlatParameters(model) if uses_flat_parameters(config, device, context.enabled) else None
+    parameters: list[torch.Tensor] = [flat.values] if flat is not None else list(model.parameters())
+    optimisers = make_optimisers(config, parameters, dims[1], device)
     optimizer, scheduler, temperature, temperature_optimizer = optimisers
     sampler = make_dataloader(config, dataset, stats, context.rank)
     if device.type == "cuda":  # gather windows on the GPU: no per-step host work or copy
@@ -205,11 +226,13 @@ def prepare_training(config: TrainConfig) -> TrainState:
         trainable = DistributedDataParallel(trainable, device_ids=ddp_device_ids(device))
     state = TrainState(
         config, context, run_dir, device, dataset_info, stats, sampler, model, trainable,
-        optimizer, scheduler, temperature, temperature_optimizer, log=None,
+        optimizer, scheduler, temperature, temperature_optimizer, log=None, flat=flat,
     )  # fmt: skip
     if config.weight_averaging > 0:
         averaging = get_ema_multi_avg_fn(config.weight_averaging)  # type: ignore[no-untyped-call]
         state.averaged = AveragedModel(model, multi_avg_fn=averaging, use_buffers=True)
+        if flat is not None:
+            state.flat_average = FlatParameters(state.averaged.module, gradients=False)
     buffer, recorded = sampler.buffer, len(dataset.episodes)
     rows = probe_rows(buffer, recorded, config.seq_len, PROBE_WINDOWS, config.seed)
     state.probe_batch = sampler.gather(rows)

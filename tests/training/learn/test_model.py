@@ -101,6 +101,33 @@ def test_newest_only_matches_the_full_forward(cost_prediction: bool):
     torch.testing.assert_close(newest.action_log_std[:, 0], full.action_log_std[:, -1])
 
 
+@pytest.mark.parametrize("seq_len", [1, SEQ_LEN])
+@pytest.mark.parametrize("cost_prediction", [False, True])
+@pytest.mark.parametrize("newest_only", [False, True])
+def test_computing_only_read_tokens_changes_no_output_or_gradient(
+    seq_len: int, cost_prediction: bool, newest_only: bool
+):
+    inputs = {key: value[:, -seq_len:] for key, value in make_inputs(pads=(0, 0, 0)).items()}
+    outputs, gradients = [], []
+    for skip in (False, True):
+        settings = {"seq_len": seq_len, "cost_prediction": cost_prediction}
+        model = make_model(**settings, skip_unread_outputs=skip)
+        output = model(**inputs, newest_only=newest_only)
+        loss = output.action_mean.sum() + output.action_log_std.sum()
+        if output.cost_logits is not None:
+            loss = loss + output.cost_logits.sum()
+        loss.backward()
+        outputs.append(output)
+        gradients.append([p.grad.clone() for p in model.blocks[0].parameters()])
+    full, read_only = outputs
+    torch.testing.assert_close(read_only.action_mean, full.action_mean, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(read_only.action_log_std, full.action_log_std, atol=1e-6, rtol=1e-5)
+    if full.cost_logits is not None:
+        torch.testing.assert_close(read_only.cost_logits, full.cost_logits, atol=1e-6, rtol=1e-5)
+    for full_grad, read_grad in zip(*gradients, strict=True):
+        torch.testing.assert_close(read_grad, full_grad, atol=1e-6, rtol=1e-4)
+
+
 def test_fused_and_written_out_attention_agree():
     inputs = make_inputs()
     fused = make_model(fused_attention=True)(**inputs)

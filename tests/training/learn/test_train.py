@@ -37,7 +37,8 @@ def test_train_smoke_writes_a_weights_only_checkpoint(dataset_path: Path, tmp_pa
 
 
 def test_resume_reproduces_an_uninterrupted_run(dataset_path: Path, tmp_path: Path):
-    settings = {"dropout": 0.1, "cost_prediction_weight": 0.02, "checkpoint_every": 3}
+    settings = {"dropout": 0.1, "cost_prediction_weight": 0.02, "checkpoint_every": 3,
+                "weight_averaging": 0.9}  # fmt: skip
     straight = train(tiny_config(dataset_path, tmp_path / "a", update_steps=6, **settings))
     first = train(tiny_config(dataset_path, tmp_path / "b", update_steps=3, **settings))
     resumed = train(tiny_config(dataset_path, tmp_path / "c", update_steps=6, resume=first))
