@@ -32,7 +32,7 @@ from runtime.files import CARD_FILE, ONNX_FILE, check_writable, write_atomic
 from runtime.sim import check_task
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.card_update import record_evaluation
-from training.collect.cli import CollectConfig
+from training.collect.settings import CollectConfig
 from training.data.dataset import load_dataset
 from training.learn.config import PRESETS, parse_config
 from training.ledger import cpu_name

@@ -22,10 +22,10 @@ from tqdm import tqdm
 
 from runtime.files import write_atomic
 from runtime.user_errors import UserError
-from training.collect.cli import CollectConfig, TaskSchedule
 from training.collect.env_workers import open_envs
 from training.collect.ppo_lagrangian import ActorCritic, PpoSettings, RunningNormaliser, ppo_update
 from training.collect.rollout_collector import EpisodeRecorder, collect_epoch
+from training.collect.settings import CollectConfig, TaskSchedule
 from training.data.dataset import REQUIRED_KEYS, Episode, load_dataset, save_dataset, split_episodes
 from training.data.grid_filter import grid_filter
 from training.data.summary import plot_returns, write_summary

@@ -11,9 +11,9 @@ import tyro
 from runtime.user_errors import UserError
 from training.collect import cli as collect_cli
 from training.collect import collection
-from training.collect.cli import CollectConfig, cost_threshold
 from training.collect.collection import learn, load_raw_episodes
 from training.collect.ppo_lagrangian import RunningNormaliser, generalised_advantages
+from training.collect.settings import CollectConfig, cost_threshold
 from training.pid_lagrangian import PidLagrangian
 
 
