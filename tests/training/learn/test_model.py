@@ -107,7 +107,7 @@ def test_newest_only_matches_the_full_forward(cost_prediction: bool):
 def test_computing_only_read_tokens_changes_no_output_or_gradient(
     seq_len: int, cost_prediction: bool, newest_only: bool
 ):
-    inputs = {key: value[:, -seq_len:] for key, value in make_inputs(pads=(0, 0, 0)).items()}
+    inputs = {key: value[:, -seq_len:] for key, value in make_inputs().items()}  # left-padded
     outputs, gradients = [], []
     for skip in (False, True):
         settings = {"seq_len": seq_len, "cost_prediction": cost_prediction}
