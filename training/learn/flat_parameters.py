@@ -26,19 +26,17 @@ class FlatParameters:
 
     def __init__(self, module: nn.Module, gradients: bool = True) -> None:
         parameters = list(module.parameters())
+        self.sizes = [p.numel() for p in parameters]
         with torch.no_grad():
             self.values = nn.Parameter(torch.cat([p.reshape(-1) for p in parameters]))
-        if gradients:
-            self.values.grad = torch.zeros_like(self.values)
+        grad = torch.zeros_like(self.values) if gradients else None
+        self.values.grad = grad
         offset = 0
-        for parameter in parameters:
-            size = parameter.numel()
+        for parameter, size in zip(parameters, self.sizes, strict=True):
             parameter.data = self.values.data[offset : offset + size].view_as(parameter)
-            if gradients:
-                assert self.values.grad is not None
-                parameter.grad = self.values.grad[offset : offset + size].view_as(parameter)
+            if grad is not None:
+                parameter.grad = grad[offset : offset + size].view_as(parameter)
             offset += size
-        self.sizes = [p.numel() for p in parameters]
 
     @torch.no_grad()
     def follow(self, source: FlatParameters, decay: float, averaged_before: int) -> None:

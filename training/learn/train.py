@@ -152,7 +152,8 @@ def train_step(state: TrainState, batch: Batch) -> LossTerms:
     flat = state.flat
     state.optimizer.zero_grad(set_to_none=flat is None)  # flat: the gradient views must stay
     torch.autograd.backward(terms.loss)
-    updated = [flat.values] if flat is not None else list(state.trainable.parameters())
+    # what the optimiser updates: the model's tensors, or the one flat buffer
+    updated = [p for group in state.optimizer.param_groups for p in group["params"]]
     torch.nn.utils.clip_grad_norm_(updated, config.clip_grad)
     state.optimizer.step()
     state.scheduler.step()
