@@ -30,6 +30,7 @@ LAYERS = {
     "provenance": "common",
     "pid_lagrangian": "common",
     "ledger": "common",
+    "heap": "common",  # where freed memory goes; any training process may set it
     "data": "data",
     "collect": "collect",
     "learn": "learn",

@@ -48,6 +48,8 @@ def cpu_kind(flags: Sequence[str]) -> str:
     for flag, kind in NATIVE_BF16_FLAGS.items():
         if flag in flags:
             return kind
+    if "avx512f" in flags:  # fp32 runs wider than on AVX2, bf16 still without native support
+        return "AVX-512, no BF16"
     return "AVX2 only" if "avx2" in flags else "no AVX2"
 
 

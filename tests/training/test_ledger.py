@@ -44,6 +44,7 @@ def test_ledger_off_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     [
         (["avx2", "amx_bf16", "amx_tile", "avx512_bf16"], "AMX"),
         (["avx2", "avx512f", "avx512_bf16"], "AVX-512 BF16"),
+        (["avx2", "avx512f", "avx512_vnni"], "AVX-512, no BF16"),
         (["sse4_2", "avx", "avx2"], "AVX2 only"),
         (["sse4_2"], "no AVX2"),
     ],

@@ -24,15 +24,19 @@ def mlp(
     in_dim: int,
     hidden: Sequence[int],
     out_dim: int,
-    activation: type[nn.Module] = nn.ReLU,
+    activation: type[nn.ReLU] = nn.ReLU,
 ) -> nn.Sequential:
-    """Linear layers with `activation` between them and none after the last."""
+    """Linear layers with `activation` between them and none after the last.
+
+    The activation works in place: a linear layer's backward needs its input, never its
+    output, so overwriting the output saves one large buffer per layer.
+    """
     sizes = [in_dim, *hidden, out_dim]
     layers: list[nn.Module] = []
     for index, (size_in, size_out) in enumerate(itertools.pairwise(sizes)):
         layers.append(nn.Linear(size_in, size_out))
         if index < len(sizes) - 2:
-            layers.append(activation())
+            layers.append(activation(inplace=True))
     return nn.Sequential(*layers)
 
 
@@ -58,7 +62,7 @@ class SquashedGaussianActor(nn.Module):
 
     def gaussian(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Pre-tanh mean and log-std at `states` [B, obs_dim], both [B, act_dim]."""
-        features = F.relu(self.body(states))
+        features = F.relu(self.body(states), inplace=True)
         log_std = self.log_std(features).clamp(LOG_STD_MIN, LOG_STD_MAX)
         mean: torch.Tensor = self.mean(features)
         return mean, log_std
@@ -147,7 +151,7 @@ class ConditionalVAE(nn.Module):
         self, states: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Latent mean and std, both [B, latent_dim]."""
-        features = F.relu(self.encoder(torch.cat([states, actions], -1)))
+        features = F.relu(self.encoder(torch.cat([states, actions], -1)), inplace=True)
         return self.latent_mean(features), self.latent_log_std(features).clamp(-4.0, 15.0).exp()
 
     def decode_raw(self, states: torch.Tensor, latent: torch.Tensor | None = None) -> torch.Tensor:

@@ -30,6 +30,7 @@ from training.baselines.data import (
     select_episodes,
 )
 from training.data.dataset import OfflineDataset
+from training.heap import keep_freed_memory
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +105,7 @@ def train_with(
 ) -> TrainedBaseline:
     """Select the algorithm's data, build its learner with `factory`, and fit it."""
     torch.manual_seed(config.seed)
+    keep_freed_memory()
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     episodes = select_episodes(dataset.episodes, config.algo, config.cost_limit)

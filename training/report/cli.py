@@ -32,6 +32,7 @@ from training.report.grid import (
     run_grid,
     split_label,
 )
+from training.report.included import IncludedRuns, read_included, repeated_runs
 from training.report.tables import (
     RunResult,
     build_table,
@@ -43,13 +44,22 @@ from training.train_cli import config_problems as train_problems
 
 
 def write_report(
-    config: ReportConfig, results: Sequence[RunResult], command: str, seconds: float
+    config: ReportConfig,
+    results: Sequence[RunResult],
+    command: str,
+    seconds: float,
+    included: Sequence[IncludedRuns] = (),
 ) -> tuple[Path, Path]:
-    """Write <stem>.md and <stem>.json under `config.out`; returns both paths."""
+    """Write <stem>.md and <stem>.json under `config.out`; returns both paths. `results` holds
+    the `included` runs too; each earlier report's CPU is named beside this one's."""
     table = build_table(results, config.average)
     markdown, path = output_paths(config)
     steps, cpu = steps_by_algorithm(results), cpu_name()  # /proc/cpuinfo read once per report
-    text = render_markdown(table, config.title, command, config.cost_limit, steps, cpu)
+    sources = [f"{part.cpu} (the runs from {part.path})" for part in included]
+    if len(results) > sum(len(part.runs) for part in included):  # episodes ran here too
+        sources.insert(0, cpu)
+    evaluated_on = "; ".join(sources)
+    text = render_markdown(table, config.title, command, config.cost_limit, steps, evaluated_on)
     write_atomic(markdown, lambda temporary: temporary.write_text(text))
     payload = {
         "title": config.title,
@@ -67,9 +77,12 @@ def write_report(
                 "device": config.train.device,
             },
             "cpu_count": os.cpu_count(),
-            "cpu": cpu,
+            "cpu": evaluated_on,  # this CPU, then each included report's, where they differ
             "evaluation": f"{config.episodes} episodes x {config.eval_seeds} seeds per model",
         },
+        "included_runs": [
+            {"file": str(part.path), "cpu": part.cpu, "runs": len(part.runs)} for part in included
+        ],
         "table": table_json(table),
         "runs": [result._asdict() for result in results],
     }
@@ -94,8 +107,13 @@ def config_problems(config: ReportConfig) -> list[str]:
     counts = {"--seeds": config.seeds, "--episodes": config.episodes}
     found += unmet(AT_LEAST_1, counts | {"--eval-seeds": config.eval_seeds})
     found += unmet(POSITIVE, {"--cost-limit": config.cost_limit})
-    if not config.include_existing and not (config.algorithms and config.datasets):
-        found.append("name --algorithms and --datasets, or models with --include-existing")
+    if not (config.include_existing or config.include_runs) and not (
+        config.algorithms and config.datasets
+    ):
+        found.append(
+            "name --algorithms and --datasets, or models with --include-existing, "
+            "or earlier runs with --include-runs"
+        )
     # Imported here, not at the top: it loads h5py and the dataset reader, which --help skips.
     from training.baselines.cli import config_problems as baseline_problems
 
@@ -112,14 +130,32 @@ def config_problems(config: ReportConfig) -> list[str]:
     return [f"--sequence-args: {problem}" for problem in train_problems(sequence)]
 
 
-def check_before_running(config: ReportConfig) -> None:
-    """The inputs are there, every value can run, the tables may be written."""
+def included_runs(config: ReportConfig) -> list[IncludedRuns]:
+    """The `--include-runs` files read, or a UserError naming every one that cannot be."""
+    parts, problems = [], []
+    for entry in config.include_runs:
+        try:
+            parts.append(read_included(entry, config.cost_limit))
+        except ValueError as error:
+            problems.append(f"--include-runs: {error}")
+    if repeated := repeated_runs([run for part in parts for run in part.runs]):
+        problems.append("--include-runs: the same run twice: " + "; ".join(repeated))
+    if problems:
+        raise UserError("; ".join(problems))
+    return parts
+
+
+def check_before_running(config: ReportConfig) -> list[IncludedRuns]:
+    """The inputs are there, every value can run, the tables may be written; returns the
+    earlier runs to include."""
     if problems := missing_inputs(config) + config_problems(config):
         raise UserError("; ".join(problems))
+    included = included_runs(config)
     for path in output_paths(config):
         check_writable(path, option="--out")
     hint = "pass another --out or --stem, or --force to replace them"
     refuse_overwrite(output_paths(config), config.force, hint)
+    return included
 
 
 @exit_on_user_errors("cdt report")
@@ -128,15 +164,21 @@ def main(argv: list[str] | None = None, evaluate: EvaluateFunction | None = None
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = sys.argv[1:] if argv is None else argv
     config = tyro.cli(ReportConfig, args=args, prog="cdt report")
-    check_before_running(config)
+    included = check_before_running(config)
     if evaluate is None:  # the simulator's evaluator loads onnxruntime and more (~0.7 s)
         from training.evaluation.evaluate import evaluate_policy_dir
 
         evaluate = evaluate_policy_dir
     started = time.perf_counter()
     results = run_grid(config, evaluate) + existing_results(config, evaluate)
+    results += [run for part in included for run in part.runs]
+    # Against the grid's own runs only now; its models and evaluations are kept, so a rerun
+    # with --reuse and fewer --include-runs costs nothing.
+    if repeated := repeated_runs(results):
+        raise UserError("the same run in the grid and --include-runs: " + "; ".join(repeated))
     command = shlex.join(["cdt", "report", *args])
-    markdown, json_path = write_report(config, results, command, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    markdown, json_path = write_report(config, results, command, seconds, included)
     print(f"tables written: {markdown} and {json_path}")
     ledger = ledger_path()
     if ledger is not None and ledger.is_file():  # every run attempted, with its fate

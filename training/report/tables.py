@@ -27,6 +27,7 @@ DISPLAY_NAMES = {
     **NAMES_IN_PAPER,
     "cdt": "CDT",
     "cdt-sampled": "CDT (sampled actions)",
+    "cdt-guided": "CDT + guidance",
     "dt": "DT",
     "dt-cost": "DT-Cost",
     **{key: name for _, _, key, name in CDT_ABLATIONS},
@@ -201,6 +202,8 @@ def render_markdown(
             if algo in steps
         ]
         lines.append(f"Gradient steps per training run: {'; '.join(counts)}.")
+    if len(runs) > 1:  # rows measured over different numbers of seeds: say which is which
+        lines.append(f"Training seeds per cell: {'; '.join(_seed_counts(table))}.")
     lines.append(PAPER_DIFFERENCES)
     lines += [
         "",
@@ -208,6 +211,19 @@ def render_markdown(
         "",
     ]
     return "\n".join(lines)
+
+
+def _seed_counts(table: Table) -> list[str]:
+    """Each row's training seeds per cell, and its tasks where it lacks some: "BCQ-Lag 1
+    (CarRun)"."""
+    tasks = [task for task in table.tasks if task != AVERAGE]
+    counts = []
+    for algo in table.algorithms:
+        cells = {task: cell for task in tasks if (cell := table.cells.get((algo, task)))}
+        seeds = "/".join(str(n) for n in sorted({cell.runs for cell in cells.values()}))
+        text = f"{DISPLAY_NAMES.get(algo, algo)} {seeds}"
+        counts.append(text + (f" ({', '.join(cells)})" if len(cells) < len(tasks) else ""))
+    return counts
 
 
 def table_json(table: Table) -> dict[str, dict[str, dict[str, Any]]]:

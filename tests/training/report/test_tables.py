@@ -44,7 +44,11 @@ def test_build_table_averages_seeds_then_tasks() -> None:
 def test_build_table_partial_row_has_no_average() -> None:
     table = build_table([*RESULTS, RunResult("cpq", "CarRun", 0, reward=10.0, cost=0.1)])
     assert ("cpq", AVERAGE) not in table.cells
-    assert "n/a" in render_markdown(table, "T", "cdt report", 10.0)
+    markdown = render_markdown(table, "T", "cdt report", 10.0)
+    assert "n/a" in markdown
+    # bc-all has 2 seeds on CarRun: the rows differ, so each says its seeds and missing tasks
+    assert "Training seeds per cell: BC-All 1/2; BC-Safe 1; CDT 1; CPQ 1 (CarRun)." in markdown
+    assert "Training seeds per cell" not in render_markdown(build_table(RESULTS[2:]), "T", "", 1)
 
 
 def test_render_markdown_marks_safe_unsafe_and_best_safe() -> None:
