@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from training.report.grid import split_label
 from training.report.tables import RunResult
 
 
@@ -31,14 +32,12 @@ class IncludedRuns:
 
 def _parse_entry(entry: str) -> tuple[dict[str, str], Path]:
     """({algorithm in the file: its row in the new table}, file); no names: every run as is."""
-    algorithms, separator, path = entry.partition("=")
-    if not separator:
-        return {}, Path(entry)
+    algorithms, path = split_label(entry)  # ALGOS=FILE reads like --include-existing's LABEL=DIR
     rows = {}
-    for name in filter(None, algorithms.split(",")):
+    for name in filter(None, (algorithms or "").split(",")):
         source, _, row = name.partition(">")
         rows[source] = row or source
-    return rows, Path(path)
+    return rows, path
 
 
 def _read_payload(path: Path) -> dict[str, Any]:
