@@ -31,6 +31,7 @@ import argparse
 import dataclasses
 import logging
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ from runtime.evaluation_protocol import (
 from runtime.files import CARD_FILE, ONNX_FILE
 from runtime.policy import Policy
 from runtime.user_errors import UserError, exit_on_user_errors
+from training import ledger
 from training.evaluation.budget_scales import (
     GRID_CAP,
     GRID_GROWTH,
@@ -97,6 +99,14 @@ CALIBRATIONS = {
     ),
 }
 """By action mode (`deterministic`)."""
+
+
+def calibration_online_episodes(card: dict[str, Any], deterministic: bool) -> int | None:
+    """Simulator episodes (selection seeds) behind the card's calibration of this action mode,
+    reused rows included; None when that mode was never calibrated."""
+    record = (card.get("evaluation") or {}).get(CALIBRATIONS[deterministic].record_key)
+    count = record.get("online_episodes") if isinstance(record, dict) else None
+    return None if count is None else int(count)
 
 
 def row_measurer(policy: Policy, episodes: int, deterministic: bool = True) -> Measure:
@@ -195,6 +205,28 @@ def _record(
     }
 
 
+def _ledger_entry(
+    model_dir: Path, card: ModelCard, kept: dict[str, Any], seconds: float
+) -> ledger.LedgerEntry:
+    """The calibration's line in the ledger (`kept`: its record in the card): the scales it
+    chose, or that none counts, and the online episodes it took."""
+    chosen = kept["chosen"]
+    outcome = "no candidate scale counts at one budget; the card's scales are unchanged"
+    if chosen:
+        outcome = ", ".join(f"kappa {point['budget']:g} x{point['scale']:g}" for point in chosen)
+    spent = ("action_mode", "episodes", "online_episodes", "new_online_episodes")
+    return ledger.LedgerEntry(
+        "calibrate",
+        str(model_dir),
+        outcome,
+        task=card.task,
+        algorithm=card.algo or "",
+        split="selection",
+        wall_s=seconds,
+        details={key: kept[key] for key in spent},
+    )
+
+
 def _earlier_rows(
     card: ModelCard, deterministic: bool, episodes: int
 ) -> dict[tuple[float, float], PacedRow]:
@@ -225,6 +257,7 @@ def calibrate_model(
     chosen scales (None when a budget has none that counts: the card's calibration is then left
     as it was) and every measured row, as each row's verdict is final. The default rule lets
     SAMPLED_MAX_SHARE_OVER of sampled episodes over budget."""
+    started = time.perf_counter()
     policy = load_policy(model_dir, writes_card=True)
     budgets = budgets or default_budgets(policy.card)
     if min(budgets) <= 0 or min(scales) <= 0:
@@ -277,6 +310,8 @@ def calibrate_model(
     evaluation[where.record_key] = _record(
         graph, deterministic, chosen, measured, episodes, measured_anew
     )
+    kept = evaluation[where.record_key]
+    ledger.record(_ledger_entry(model_dir, policy.card, kept, time.perf_counter() - started))
     if chosen is None:
         update_card(model_dir, evaluation=evaluation)
         return None

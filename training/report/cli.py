@@ -36,6 +36,7 @@ from training.report.included import IncludedRuns, read_included, repeated_runs
 from training.report.tables import (
     RunResult,
     build_table,
+    online_episodes_by_algorithm,
     render_markdown,
     steps_by_algorithm,
     table_json,
@@ -59,7 +60,10 @@ def write_report(
     if len(results) > sum(len(part.runs) for part in included):  # episodes ran here too
         sources.insert(0, cpu)
     evaluated_on = "; ".join(sources)
-    text = render_markdown(table, config.title, command, config.cost_limit, steps, evaluated_on)
+    online = online_episodes_by_algorithm(results)
+    text = render_markdown(
+        table, config.title, command, config.cost_limit, steps, evaluated_on, online
+    )
     write_atomic(markdown, lambda temporary: temporary.write_text(text))
     payload = {
         "title": config.title,

@@ -30,6 +30,7 @@ from runtime.scores import normalised_cost, normalised_reward
 from training.card_update import record_default_targets
 from training.data.dataset import load_dataset
 from training.data.frontiers import derive_default_targets
+from training.evaluation.calibrate import calibration_online_episodes
 from training.learn.config import TrainConfig, parse_config
 from training.report.config import ReportConfig
 from training.report.tables import (
@@ -136,7 +137,8 @@ def _evaluated_results(
         scores = result_scores(result, card, config.cost_limit)
         if scores is None:
             raise ValueError(f"{model_dir}: evaluation has no reward/cost returns")
-        results.append(RunResult(name, task, seed, *scores, *card_training(card)))
+        online = calibration_online_episodes(card, deterministic=mean)
+        results.append(RunResult(name, task, seed, *scores, *card_training(card), online))
         logger.info("%s %s seed %d: reward %.2f cost %.2f", task, name, seed, *scores)
     return results
 

@@ -28,6 +28,7 @@ DISPLAY_NAMES = {
     "cdt": "CDT",
     "cdt-sampled": "CDT (sampled actions)",
     "cdt-guided": "CDT + guidance",
+    "cdt-calibrated": "CDT + calibration",
     "dt": "DT",
     "dt-cost": "DT-Cost",
     **{key: name for _, _, key, name in CDT_ABLATIONS},
@@ -57,6 +58,9 @@ class RunResult(NamedTuple):
     """gradient steps of its training run, from the model card."""
     train_seconds: float | None = None
     """training wall time, where the card records it."""
+    online_episodes: int | None = None
+    """simulator episodes its calibration ran on the selection seeds before the test (the
+    card's record for the row's action mode); None: not calibrated."""
 
 
 def card_training(card: dict[str, Any]) -> tuple[int | None, float | None]:
@@ -164,11 +168,13 @@ def render_markdown(
     cost_limit: float,
     steps: dict[str, list[int]] | None = None,
     evaluated_on: str | None = None,
+    online: dict[str, list[int]] | None = None,
 ) -> str:
     """Table 1 layout: a reward and a cost column per task and for the average.
 
     `steps`: gradient steps per algorithm (`steps_by_algorithm`), listed under the table;
-    `evaluated_on`: the CPU the episodes ran on (the simulator's episodes depend on it).
+    `evaluated_on`: the CPU the episodes ran on (the simulator's episodes depend on it);
+    `online`: calibrated rows' online episodes per model (`online_episodes_by_algorithm`).
     """
     header = ["Algorithm"]
     for task in table.tasks:
@@ -202,6 +208,17 @@ def render_markdown(
             if algo in steps
         ]
         lines.append(f"Gradient steps per training run: {'; '.join(counts)}.")
+    if online:  # a calibrated row spent simulator episodes the others did not
+        spent = [
+            f"{DISPLAY_NAMES.get(algo, algo)} {_count_range(online[algo])} per model"
+            f" ({sum(online[algo]):,} in all)"
+            for algo in table.algorithms
+            if algo in online
+        ]
+        lines.append(
+            "Online episodes before the test (calibration, on the selection seeds): "
+            f"{'; '.join(spent)}."
+        )
     if len(runs) > 1:  # rows measured over different numbers of seeds: say which is which
         lines.append(f"Training seeds per cell: {'; '.join(_seed_counts(table))}.")
     lines.append(PAPER_DIFFERENCES)
@@ -211,6 +228,11 @@ def render_markdown(
         "",
     ]
     return "\n".join(lines)
+
+
+def _count_range(counts: Sequence[int]) -> str:
+    low, high = min(counts), max(counts)
+    return f"{low:,}" if low == high else f"{low:,}-{high:,}"
 
 
 def _seed_counts(table: Table) -> list[str]:
@@ -246,6 +268,15 @@ def steps_by_algorithm(results: Sequence[RunResult]) -> dict[str, list[int]]:
         if result.train_steps is not None:
             steps.setdefault(result.algo, set()).add(result.train_steps)
     return {algo: sorted(counts) for algo, counts in steps.items()}
+
+
+def online_episodes_by_algorithm(results: Sequence[RunResult]) -> dict[str, list[int]]:
+    """Each calibrated algorithm's online episodes, one count per model."""
+    counts: dict[str, list[int]] = {}
+    for result in results:
+        if result.online_episodes is not None:
+            counts.setdefault(result.algo, []).append(result.online_episodes)
+    return {algo: sorted(values) for algo, values in counts.items()}
 
 
 def short_task(task: str) -> str:

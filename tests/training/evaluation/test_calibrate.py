@@ -3,6 +3,7 @@ search, and evaluation/calibrate.py, the command)."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Callable
@@ -12,9 +13,16 @@ import pytest
 
 from runtime.card import BudgetScale, read_card, update_card
 from runtime.evaluation_protocol import BudgetRow, SelectionRule
+from runtime.files import CARD_FILE
 from training.evaluation import calibrate as calibrate_module
 from training.evaluation.budget_scales import GRID_CAP, PacedRow, choose_scales
-from training.evaluation.calibrate import calibrated_version, default_budgets, graph_version
+from training.evaluation.calibrate import (
+    calibrated_version,
+    calibration_online_episodes,
+    default_budgets,
+    graph_version,
+)
+from training.ledger import read_ledger
 
 GRAPH_SCALE = 0.8
 
@@ -324,7 +332,7 @@ def test_a_rerun_reuses_the_rows_measured_on_the_same_graph_and_episodes(
 
 
 def test_the_card_records_how_many_online_episodes_the_calibration_used(
-    model_dir: Path, monkeypatch: pytest.MonkeyPatch
+    model_dir: Path, monkeypatch: pytest.MonkeyPatch, private_ledger: Path
 ) -> None:
     assert read_card(model_dir).budget_scale == 1.0  # the graph's scale: a candidate below
     # x2 spends 14.4 of kappa 20 by half the episode: the graph's x1 is measured as the pacing
@@ -345,6 +353,14 @@ def test_the_card_records_how_many_online_episodes_the_calibration_used(
     record = (read_card(model_dir).evaluation or {})["calibration"]
     assert record["online_episodes"] == 60 * len(set(measure.calls))
     assert record["new_online_episodes"] == 0
+    card = json.loads((model_dir / CARD_FILE).read_text())  # as `cdt report` reads it
+    assert calibration_online_episodes(card, deterministic=True) == record["online_episodes"]
+    assert calibration_online_episodes(card, deterministic=False) is None  # not calibrated
+    first, rerun = read_ledger(private_ledger)  # both runs are in the ledger, with their fate
+    assert (first.command, first.split, first.subject) == ("calibrate", "selection", str(model_dir))
+    assert first.outcome == rerun.outcome == "kappa 10 x1.5, kappa 20 x1.5"
+    assert first.details["new_online_episodes"] == first.details["online_episodes"] > 0
+    assert rerun.details["new_online_episodes"] == 0
 
 
 def test_sampled_actions_are_calibrated_apart_with_a_margin_on_the_share_over(

@@ -10,6 +10,7 @@ from training.report.tables import (
     RunResult,
     build_table,
     card_training,
+    online_episodes_by_algorithm,
     render_markdown,
     row_algorithm,
     table_json,
@@ -69,6 +70,22 @@ def test_render_markdown_marks_safe_unsafe_and_best_safe() -> None:
 def test_render_markdown_names_the_cpu_of_the_episodes() -> None:
     markdown = render_markdown(build_table(RESULTS), "T", "cdt report", 10.0, None, "Zen 3")
     assert "Made by: `cdt report`, episodes on Zen 3" in markdown
+
+
+def test_a_calibrated_row_says_how_many_online_episodes_its_calibration_used() -> None:
+    calibrated = [
+        RunResult("cdt-calibrated", "CarRun", seed, 72.0, 0.5, online_episodes=episodes)
+        for seed, episodes in enumerate((360, 480, 1_200))
+    ]
+    results = [*RESULTS, *calibrated]
+    online = online_episodes_by_algorithm(results)
+    assert online == {"cdt-calibrated": [360, 480, 1_200]}  # the plain rows spent none
+    markdown = render_markdown(build_table(results), "T", "", 10.0, online=online)
+    assert (
+        "Online episodes before the test (calibration, on the selection seeds): "
+        "CDT + calibration 360-1,200 per model (2,040 in all)." in markdown
+    )
+    assert "Online episodes" not in render_markdown(build_table(RESULTS), "T", "", 10.0)
 
 
 def test_table_json_flags_safety_and_best() -> None:
