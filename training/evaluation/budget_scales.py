@@ -1,10 +1,16 @@
-"""The search behind `cdt calibrate`: per budget, the largest scale whose measured row counts.
+"""The search behind `cdt calibrate`: per budget, the counted scale nearest the graph's own,
+unless a larger counted scale earns clearly more.
 
 Pure: a `Measure` ((budget, scale) -> the action mode's paced row) is all it runs, so the rules
 are tested on hand-made rows. `calibrate.py` measures with the served forward pass and writes the
 card. The rules (loosest budget first): a scale counts when its row passes the selection rule,
 a tighter budget is fed no more than a looser one and earns clearly less (or, on a flat reward,
 no more), and it leaves a mid-episode tightening to the tightest budget room to be kept.
+
+Preference: from the largest scale that counts, the search goes on down to the graph's own
+scale, and the choice starts at the smallest counted scale there; it moves to a larger counted
+one only where that one earns clearly more than the choice so far. A budget fed far from what it
+is is an input the data rarely show, and one that buys nothing measurable is not worth the risk.
 
 Neighbour rule: a scale counts only when the next larger and the next smaller candidate at that
 budget (where they exist and may be fed) are safe too, so that no choice sits on a cliff edge.
@@ -196,25 +202,74 @@ def choose_scales(
                 )
         return failures
 
-    def report_below(
+    def assess(
         budget: float,
         candidates: Sequence[float],
         i: int,
         looser: tuple[BudgetScale, BudgetRow] | None,
-    ) -> None:
-        """Reports the rows measured below the chosen candidate i, each judged on its own (a
-        candidate no longer, since a larger scale counts): its lower neighbour, and the rows the
-        grid measured on its way up."""
-        scale = candidates[i]
-        climbed = [lower for lower in candidates[i + 2 :] if lower >= max(scales)]
-        for j, lower in enumerate([*candidates[i + 1 : i + 2], *climbed]):
+    ) -> tuple[_Verdict, list[str]]:
+        """Candidate i's verdict on its own, and why a neighbour makes it a cliff edge (checked
+        only where the verdict is acceptable)."""
+        verdict = judge(budget, candidates[i], looser)
+        if not verdict.acceptable:
+            return verdict, []
+        return verdict, unsafe_neighbours(budget, neighbours(candidates, i))
+
+    def nearest_the_graph(
+        budget: float,
+        candidates: Sequence[float],
+        largest: int,
+        looser: tuple[BudgetScale, BudgetRow] | None,
+    ) -> tuple[int, dict[int, tuple[_Verdict, list[str]]]]:
+        """The chosen candidate's index, given that candidate `largest` is the largest that
+        counts, and the verdicts of the candidates judged: down to the graph's own scale, the
+        smallest that counts, unless a larger counted one earns clearly more."""
+        judged = {largest: assess(budget, candidates, largest, looser)}
+        for j in range(largest + 1, len(candidates)):
+            if candidates[j] < graph_scale:
+                break
+            judged[j] = assess(budget, candidates, j, looser)
+        counted = [j for j, (verdict, cliff) in judged.items() if not verdict.failures + cliff]
+        choice = counted[-1]
+        for j in reversed(counted[:-1]):  # from smaller scales to larger ones
+            if clearly_below(judged[choice][0].paced.row, judged[j][0].paced.row):
+                choice = j
+        return choice, judged
+
+    def settle(
+        budget: float,
+        candidates: Sequence[float],
+        largest: int,
+        looser: tuple[BudgetScale, BudgetRow] | None,
+    ) -> tuple[BudgetScale, BudgetRow]:
+        """Chooses at `budget` once candidate `largest` counts, and reports the rows from it down:
+        the counted ones passed over with a note, then each row measured below the choice."""
+        choice, judged = nearest_the_graph(budget, candidates, largest, looser)
+        chosen = candidates[choice]
+        for j in range(largest, choice + 1):
+            verdict, cliff = judged[j]
+            notes: tuple[str, ...] = ()
+            if j < choice and not verdict.failures + cliff:
+                notes = (
+                    f"counts, but earns not clearly more than x{chosen:g},"
+                    f" nearer the graph's x{graph_scale:g}",
+                )
+            if j == 0 and candidates[j] >= GRID_CAP:
+                notes += (f"the grid's cap (x{GRID_CAP:g}): no larger scale tried",)
+            report(Measurement(candidates[j], verdict.paced, verdict.failures + cliff, notes=notes))
+        for j in range(choice + 1, len(candidates)):
+            lower = candidates[j]
+            if (budget, lower) not in rows:
+                continue
             verdict = judge(budget, lower, looser)
             note = (
-                f"measured as the chosen x{scale:g}'s lower neighbour"
-                if j == 0
-                else f"measured as the grid opened upward, below the chosen x{scale:g}"
+                f"measured as the chosen x{chosen:g}'s lower neighbour"
+                if j == choice + 1
+                else f"measured below the chosen x{chosen:g}, as the grid opened upward or as"
+                " a candidate nearer the graph's scale"
             )
             report(Measurement(lower, verdict.paced, verdict.failures, notes=(note,)))
+        return BudgetScale(budget=budget, scale=chosen), judged[choice][0].paced.row
 
     def choose(
         budget: float, looser: tuple[BudgetScale, BudgetRow] | None
@@ -222,20 +277,15 @@ def choose_scales(
         candidates = grid(budget, looser)
         plateau = None
         for i, scale in enumerate(candidates):
-            verdict = judge(budget, scale, looser)
-            cliff: list[str] = []
+            verdict, cliff = assess(budget, candidates, i, looser)
+            if verdict.acceptable and not verdict.failures + cliff:
+                return settle(budget, candidates, i, looser)
             notes: tuple[str, ...] = ()
-            if verdict.acceptable:
-                # the top candidate has no upper neighbour: the grid's cap, or a larger scale
-                # would feed more than the looser budget
-                cliff = unsafe_neighbours(budget, neighbours(candidates, i))
-                if i == 0 and scale >= GRID_CAP:
-                    notes = (f"the grid's cap (x{GRID_CAP:g}): no larger scale tried",)
+            if verdict.acceptable and i == 0 and scale >= GRID_CAP:
+                # the top candidate has no upper neighbour: the grid's cap
+                notes = (f"the grid's cap (x{GRID_CAP:g}): no larger scale tried",)
             report(Measurement(scale, verdict.paced, verdict.failures + cliff, notes=notes))
             if verdict.acceptable and not cliff:
-                if not verdict.failures:
-                    report_below(budget, candidates, i, looser)
-                    return BudgetScale(budget=budget, scale=scale), verdict.paced.row
                 plateau = plateau or (BudgetScale(budget=budget, scale=scale), verdict.paced.row)
         # Where no scale earns clearly less, the reward is flat in the budget (BallRun's mean
         # action earns 236-242 at kappa 5 whatever it is fed, 236.7 at 10): take the largest

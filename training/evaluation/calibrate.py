@@ -3,9 +3,10 @@
 A CDT's mean action follows the cost-to-go it is fed, but not to scale, and not by one factor at
 every budget: the shipped CarRun model's mean action spends 0.07 of kappa = 10 when fed the whole
 budget, and 0.92 of kappa = 40. So for each budget the card promises to keep, loosest first, this
-takes the largest candidate scale whose row in the action mode (`--action-mode`, the mean action
-by default) passes the selection rule (`SelectionRule.row_failures`) on the selection seeds, with
-the served forward pass; a tighter budget may neither be fed more than a looser one nor earn a
+finds the candidate scales whose rows in the action mode (`--action-mode`, the mean action by
+default) pass the selection rule (`SelectionRule.row_failures`) on the selection seeds, with the
+served forward pass, and takes the one nearest the graph's own scale from above, unless a larger
+one earns clearly more (beyond both rows' standard errors); a tighter budget may neither be fed more than a looser one nor earn a
 reward that is not clearly below it (where no scale earns clearly less, the largest that earns no
 more). Nor may a scale spend more by half the episode than the tightest budget, unless the
 graph's own scale spends more there too (then no more than it): a controller that tightens the

@@ -44,24 +44,29 @@ def row(budget: float, cost: float, reward: float, share_over: float = 0.0) -> B
 
 
 class FakeMeasure:
-    """Cost = fed budget x the budget's responsiveness; reward grows with the budget; by half
-    the episode it has spent `front_loading(scale)` of its cost (default: nothing)."""
+    """Cost = fed budget x the budget's responsiveness; reward grows with the budget, and by
+    `reward_per_scale` per unit of scale (1: within the rows' standard errors of 1 between
+    neighbouring scales, 15: clearly); by half the episode it has spent `front_loading(scale)` of
+    its cost (default: nothing)."""
 
     def __init__(
         self,
         responsiveness: dict[float, float],
         reward: dict[float, float],
         front_loading: Callable[[float], float] = lambda scale: 0.0,
+        reward_per_scale: float = 1.0,
     ) -> None:
         self.responsiveness, self.reward = responsiveness, reward
         self.front_loading = front_loading
+        self.reward_per_scale = reward_per_scale
         self.calls: list[tuple[float, float]] = []
 
     def __call__(self, budget: float, scale: float) -> PacedRow:
         self.calls.append((budget, scale))
         cost = budget * scale * self.responsiveness[budget]
         return PacedRow(
-            row(budget, cost, self.reward[budget] + scale), cost * self.front_loading(scale)
+            row(budget, cost, self.reward[budget] + self.reward_per_scale * scale),
+            cost * self.front_loading(scale),
         )
 
 
@@ -78,9 +83,12 @@ def measured_by(monkeypatch: pytest.MonkeyPatch, measure: FakeMeasure) -> None:
     monkeypatch.setattr(calibrate_module, "row_measurer", lambda policy, episodes, mode: measure)
 
 
-def test_each_budget_gets_the_largest_scale_that_counts_loosest_first() -> None:
-    # kappa 10 barely spends what it is fed, kappa 40 spends it all (CarRun's mean action)
-    measure = FakeMeasure({10.0: 0.4, 20.0: 0.5, 40.0: 0.7}, {10.0: 500, 20.0: 520, 40.0: 540})
+def test_each_budget_gets_a_scale_that_counts_loosest_first() -> None:
+    # kappa 10 barely spends what it is fed, kappa 40 spends it all (CarRun's mean action); each
+    # larger scale earns clearly more, so each budget gets the largest that counts
+    measure = FakeMeasure(
+        {10.0: 0.4, 20.0: 0.5, 40.0: 0.7}, {10.0: 500, 20.0: 520, 40.0: 540}, reward_per_scale=15
+    )
     chosen, measured = choose_scales(
         measure, [10.0, 20.0, 40.0], [2.0, 1.6, 1.2, 1.0], SelectionRule(), GRAPH_SCALE
     )
@@ -93,6 +101,42 @@ def test_each_budget_gets_the_largest_scale_that_counts_loosest_first() -> None:
     counted = [m.scale for m in measured if not m.failures and not m.notes]
     assert counted == [s.scale for s in reversed(chosen)]
     assert [m.scale for m in measured if m.row.target_cost == 40.0] == [2.0, 1.6, 1.2, 1.0]
+
+
+def test_a_larger_scale_is_chosen_only_where_it_earns_clearly_more() -> None:
+    # the same costs, but a larger scale earns within the standard errors (1 per x1 of scale):
+    # every budget keeps the counted scale nearest the graph's x0.8 from above
+    measure = FakeMeasure({10.0: 0.4, 20.0: 0.5, 40.0: 0.7}, {10.0: 500, 20.0: 520, 40.0: 540})
+    chosen, measured = choose_scales(
+        measure, [10.0, 20.0, 40.0], [2.0, 1.6, 1.2, 1.0], SelectionRule(), GRAPH_SCALE
+    )
+    assert chosen == [BudgetScale(budget=budget, scale=1.0) for budget in (10.0, 20.0, 40.0)]
+    passed_over = [(m.row.target_cost, m.scale) for m in measured if m.notes]
+    assert passed_over == [(20.0, 1.2), (10.0, 2.0), (10.0, 1.6), (10.0, 1.2)]
+    assert all(
+        not m.failures and "not clearly more than x1" in m.notes[0] for m in measured if m.notes
+    )
+    # where the steps earn more, the choice climbs only as far as a scale earns clearly more
+    # than the choice so far: at kappa 10, x1.2 and x1.6 do not beat x1 by 2, x2 does
+    measure = FakeMeasure(
+        {10.0: 0.4, 20.0: 0.5, 40.0: 0.7}, {10.0: 500, 20.0: 520, 40.0: 540}, reward_per_scale=3
+    )
+    chosen, _ = choose_scales(
+        measure, [10.0, 20.0, 40.0], [2.0, 1.6, 1.2, 1.0], SelectionRule(), GRAPH_SCALE
+    )
+    assert [point.scale for point in chosen or []] == [2.0, 1.0, 1.0]
+
+
+def test_where_nothing_is_spent_the_open_grid_climbs_but_the_graphs_scale_is_kept() -> None:
+    # DroneRun: the mean action spends nothing whatever it is fed and earns the same, so every
+    # scale counts up to the grid's cap; a feed of 80 for a budget of 10 buys nothing
+    measure = FakeMeasure({10.0: 0.0}, {10.0: 400}, reward_per_scale=0)
+    chosen, measured = choose_scales(measure, [10.0], [2.0, 1.0], SelectionRule(), 1.0)
+    assert chosen == [BudgetScale(budget=10.0, scale=1.0)]
+    assert [m.scale for m in measured] == [8.0, 7.6, 6.1, 4.9, 3.9, 3.1, 2.5, 2.0, 1.0]
+    assert measured[0].notes[-1] == "the grid's cap (x8): no larger scale tried"
+    assert all("nearer the graph's x1" in m.notes[0] for m in measured[:-1])
+    assert measured[-1].notes == () and not measured[-1].failures
 
 
 def test_a_tighter_budget_is_never_fed_more_than_a_looser_one() -> None:
@@ -138,7 +182,10 @@ def test_a_scale_that_leaves_no_room_for_a_tightening_at_mid_episode_does_not_co
     # above x1 the mean action spends 90 % of its cost in the first half (CarRun at kappa 40):
     # tightened to kappa 10 then, nothing would be left
     measure = FakeMeasure(
-        {10.0: 0.4, 40.0: 0.7}, {10.0: 500, 40.0: 540}, lambda scale: 0.9 if scale > 1 else 0.1
+        {10.0: 0.4, 40.0: 0.7},
+        {10.0: 500, 40.0: 540},
+        lambda scale: 0.9 if scale > 1 else 0.1,
+        reward_per_scale=15,
     )
     chosen, measured = choose_scales(
         measure, [10.0, 40.0], [1.6, 1.2, 1.0, 0.8], SelectionRule(), 0.8
@@ -152,7 +199,9 @@ def test_a_scale_that_leaves_no_room_for_a_tightening_at_mid_episode_does_not_co
 
 
 def test_where_the_graph_itself_spends_early_a_scale_may_spend_as_much_but_no_more() -> None:
-    measure = FakeMeasure({10.0: 0.4, 40.0: 0.7}, {10.0: 500, 40.0: 540}, lambda scale: 0.9)
+    measure = FakeMeasure(
+        {10.0: 0.4, 40.0: 0.7}, {10.0: 500, 40.0: 540}, lambda scale: 0.9, reward_per_scale=15
+    )
     chosen, measured = choose_scales(
         measure, [10.0, 40.0], [1.2, 1.0, 0.8, 0.6], SelectionRule(), 0.8
     )
@@ -164,11 +213,12 @@ def test_where_the_graph_itself_spends_early_a_scale_may_spend_as_much_but_no_mo
 
 
 def cliff(rows: dict[float, tuple[float, float]]) -> Callable[[float, float], PacedRow]:
-    """A measure from scale -> (cost / budget, share of episodes over budget) at kappa 20."""
+    """A measure from scale -> (cost / budget, share of episodes over budget) at kappa 20; each
+    step up earns clearly more (5 per x0.005)."""
 
     def measure(budget: float, scale: float) -> PacedRow:
         use, share_over = rows[scale]
-        return PacedRow(row(budget, use * budget, 250.0, share_over), 0.0)
+        return PacedRow(row(budget, use * budget, 1000 * scale, share_over), 0.0)
 
     return measure
 
@@ -201,7 +251,7 @@ def test_a_scale_beside_one_that_goes_over_does_not_count() -> None:
 
 def test_the_grid_opens_above_its_largest_scale_while_it_passes() -> None:
     # x2 spends half of kappa 20 and a tenth of kappa 10
-    measure = FakeMeasure({10.0: 0.05, 20.0: 0.26}, {10.0: 400, 20.0: 500})
+    measure = FakeMeasure({10.0: 0.05, 20.0: 0.26}, {10.0: 400, 20.0: 500}, reward_per_scale=15)
     chosen, measured = choose_scales(measure, [10.0, 20.0], [2.0, 1.0], SelectionRule(), 0.8)
     assert chosen == [
         BudgetScale(budget=10.0, scale=4.9),  # x6.1 would feed 61 > kappa 20's 50
@@ -210,18 +260,19 @@ def test_the_grid_opens_above_its_largest_scale_while_it_passes() -> None:
     assert (10.0, 6.1) not in measure.calls
     # every row measured is reported once, the ones below the choice marked as such
     assert sorted((m.row.target_cost, m.scale) for m in measured) == sorted(measure.calls)
-    assert [m.scale for m in measured if m.row.target_cost == 20.0] == [3.9, 3.1, 2.5, 2.0]
+    # down to the graph's x0.8: x1 was measured as a candidate nearer it (idle at kappa 20)
+    assert [m.scale for m in measured if m.row.target_cost == 20.0] == [3.9, 3.1, 2.5, 2.0, 1.0]
 
 
 def test_the_grid_opens_no_further_than_its_cap() -> None:
     # kappa 10's cost barely follows what it is fed: x8 spends 0.4 of it
-    measure = FakeMeasure({10.0: 0.05}, {10.0: 400})
+    measure = FakeMeasure({10.0: 0.05}, {10.0: 400}, reward_per_scale=15)
     chosen, measured = choose_scales(measure, [10.0], [2.0, 1.0], SelectionRule(), GRAPH_SCALE)
     assert chosen == [BudgetScale(budget=10.0, scale=GRID_CAP)]
     assert max(scale for _, scale in measure.calls) == GRID_CAP
     assert measured[0].scale == GRID_CAP and not measured[0].failures
     assert measured[0].notes == ("the grid's cap (x8): no larger scale tried",)
-    assert [m.scale for m in measured] == [8.0, 7.6, 6.1, 4.9, 3.9, 3.1, 2.5, 2.0]
+    assert [m.scale for m in measured] == [8.0, 7.6, 6.1, 4.9, 3.9, 3.1, 2.5, 2.0, 1.0]
 
 
 def test_no_calibration_when_one_budget_has_no_scale_that_passes() -> None:
@@ -237,7 +288,7 @@ def test_no_calibration_when_one_budget_has_no_scale_that_passes() -> None:
 def test_the_command_writes_the_scales_and_every_row_to_the_card(
     model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    measure = FakeMeasure({10.0: 0.4, 20.0: 0.4}, {10.0: 500, 20.0: 520})
+    measure = FakeMeasure({10.0: 0.4, 20.0: 0.4}, {10.0: 500, 20.0: 520}, reward_per_scale=15)
     seen_mid_way: list[object] = []
 
     def watched(budget: float, scale: float) -> PacedRow:
@@ -338,7 +389,10 @@ def test_the_card_records_how_many_online_episodes_the_calibration_used(
     # x2 spends 14.4 of kappa 20 by half the episode: the graph's x1 is measured as the pacing
     # reference, and again reported as x1.5's lower neighbour
     measure = FakeMeasure(
-        {10.0: 0.4, 20.0: 0.4}, {10.0: 500, 20.0: 520}, lambda scale: 0.9 if scale > 1.5 else 0.0
+        {10.0: 0.4, 20.0: 0.4},
+        {10.0: 500, 20.0: 520},
+        lambda scale: 0.9 if scale > 1.5 else 0.0,
+        reward_per_scale=15,
     )
     measured_by(monkeypatch, measure)
     arguments = [str(model_dir), "--budgets", "10", "20", "--scales", "2", "1.5", "1"]
@@ -371,7 +425,7 @@ def test_sampled_actions_are_calibrated_apart_with_a_margin_on_the_share_over(
     def measure(budget: float, scale: float) -> PacedRow:
         share_over = 0.15 if scale > 1 else 0.05  # 15 %: within the mean action's 20 %
         use = 0.3 + 0.3 * scale  # x2.5 goes over
-        return PacedRow(row(budget, budget * use, 500 + budget, share_over), 0.0)
+        return PacedRow(row(budget, budget * use, 500 + budget + 10 * scale, share_over), 0.0)
 
     modes: list[bool] = []
 
