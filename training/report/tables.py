@@ -29,6 +29,7 @@ DISPLAY_NAMES = {
     "cdt-sampled": "CDT (sampled actions)",
     "cdt-guided": "CDT + guidance",
     "cdt-calibrated": "CDT + calibration",
+    "mt-bc-calibrated": "MT-BC + calibration",
     "dt": "DT",
     "dt-cost": "DT-Cost",
     **{key: name for _, _, key, name in CDT_ABLATIONS},

@@ -77,13 +77,16 @@ def test_a_calibrated_row_says_how_many_online_episodes_its_calibration_used() -
         RunResult("cdt-calibrated", "CarRun", seed, 72.0, 0.5, online_episodes=episodes)
         for seed, episodes in enumerate((360, 480, 1_200))
     ]
-    results = [*RESULTS, *calibrated]
+    mt_bc = RunResult("mt-bc-calibrated", "CarRun", 0, 60.0, 0.9, online_episodes=240)
+    results = [*RESULTS, *calibrated, mt_bc]
     online = online_episodes_by_algorithm(results)
-    assert online == {"cdt-calibrated": [360, 480, 1_200]}  # the plain rows spent none
+    # the plain rows spent none
+    assert online == {"cdt-calibrated": [360, 480, 1_200], "mt-bc-calibrated": [240]}
     markdown = render_markdown(build_table(results), "T", "", 10.0, online=online)
     assert (
         "Online episodes before the test (calibration, on the selection seeds): "
-        "CDT + calibration 360-1,200 per model (2,040 in all)." in markdown
+        "CDT + calibration 360-1,200 per model (2,040 in all); "
+        "MT-BC + calibration 240 per model (240 in all)." in markdown
     )
     assert "Online episodes" not in render_markdown(build_table(RESULTS), "T", "", 10.0)
 
