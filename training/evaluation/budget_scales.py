@@ -262,12 +262,17 @@ def choose_scales(
             if (budget, lower) not in rows:
                 continue
             verdict = judge(budget, lower, looser)
-            note = (
-                f"measured as the chosen x{chosen:g}'s lower neighbour"
-                if j == choice + 1
-                else f"measured below the chosen x{chosen:g}, as the grid opened upward or as"
-                " a candidate nearer the graph's scale"
-            )
+            if j == choice + 1:
+                note = f"measured as the chosen x{chosen:g}'s lower neighbour"
+            elif j in judged:
+                note = (
+                    f"a candidate nearer the graph's x{graph_scale:g}, below the chosen x{chosen:g}"
+                )
+            else:
+                note = (
+                    f"measured below the chosen x{chosen:g}, as the grid opened upward or as"
+                    " a candidate's neighbour"
+                )
             report(Measurement(lower, verdict.paced, verdict.failures, notes=(note,)))
         return BudgetScale(budget=budget, scale=chosen), judged[choice][0].paced.row
 

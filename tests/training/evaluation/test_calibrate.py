@@ -262,6 +262,8 @@ def test_the_grid_opens_above_its_largest_scale_while_it_passes() -> None:
     assert sorted((m.row.target_cost, m.scale) for m in measured) == sorted(measure.calls)
     # down to the graph's x0.8: x1 was measured as a candidate nearer it (idle at kappa 20)
     assert [m.scale for m in measured if m.row.target_cost == 20.0] == [3.9, 3.1, 2.5, 2.0, 1.0]
+    at_20 = [m for m in measured if m.row.target_cost == 20.0]
+    assert at_20[-1].notes == ("a candidate nearer the graph's x0.8, below the chosen x2.5",)
 
 
 def test_the_grid_opens_no_further_than_its_cap() -> None:
