@@ -6,11 +6,11 @@ budget, and 0.92 of kappa = 40. So for each budget the card promises to keep, lo
 finds the candidate scales whose rows in the action mode (`--action-mode`, the mean action by
 default) pass the selection rule (`SelectionRule.row_failures`) on the selection seeds, with the
 served forward pass, and takes the one nearest the graph's own scale from above, unless a larger
-one earns clearly more (beyond both rows' standard errors); a tighter budget may neither be fed more than a looser one nor earn a
-reward that is not clearly below it (where no scale earns clearly less, the largest that earns no
-more). Nor may a scale spend more by half the episode than the tightest budget, unless the
-graph's own scale spends more there too (then no more than it): a controller that tightens the
-budget at mid-episode must find it left.
+one earns clearly more (beyond both rows' standard errors); a tighter budget may neither be fed
+more than a looser one nor earn a reward that is not clearly below it (where no scale earns
+clearly less, the largest that earns no more). Nor may a scale spend more by half the episode
+than the tightest budget, unless the graph's own scale spends more there too (then no more than
+it): a controller that tightens the budget at mid-episode must find it left.
 
 No cliff edges: a scale counts only if the next larger and the next smaller candidate at its
 budget (where they exist and may be fed) are safe too, their mean cost within the margin and
