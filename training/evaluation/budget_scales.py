@@ -47,6 +47,9 @@ GRID_CAP = 8.0
 """The open grid's largest scale: a budget whose cost does not follow what it is fed would grow
 the grid for ever. From x2.0 the steps are x2.5, 3.1, 3.9, 4.9, 6.1, 7.6 and 8: at most 7 rows."""
 
+CAP_NOTE = f"the grid's cap (x{GRID_CAP:g}): no larger scale tried"
+"""The note on a row at the cap, which has no upper neighbour to check."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Measurement:
@@ -255,7 +258,7 @@ def choose_scales(
                     f" nearer the graph's x{graph_scale:g}",
                 )
             if j == 0 and candidates[j] >= GRID_CAP:
-                notes += (f"the grid's cap (x{GRID_CAP:g}): no larger scale tried",)
+                notes += (CAP_NOTE,)
             report(Measurement(candidates[j], verdict.paced, verdict.failures + cliff, notes=notes))
         for j in range(choice + 1, len(candidates)):
             lower = candidates[j]
@@ -287,8 +290,7 @@ def choose_scales(
                 return settle(budget, candidates, i, looser)
             notes: tuple[str, ...] = ()
             if verdict.acceptable and i == 0 and scale >= GRID_CAP:
-                # the top candidate has no upper neighbour: the grid's cap
-                notes = (f"the grid's cap (x{GRID_CAP:g}): no larger scale tried",)
+                notes = (CAP_NOTE,)
             report(Measurement(scale, verdict.paced, verdict.failures + cliff, notes=notes))
             if verdict.acceptable and not cliff:
                 plateau = plateau or (BudgetScale(budget=budget, scale=scale), verdict.paced.row)
