@@ -39,8 +39,8 @@ class ReportConfig:
     """exported model dirs (DIR or LABEL=DIR) to add, e.g. CDT's."""
     include_runs: tuple[str, ...] = ()
     """runs an earlier report scored, from its JSON (FILE, or ALGO[,ALGO...]=FILE for only those
-    rows, ALGO>ROW to show them in row ROW): rows measured in earlier sessions join the table
-    without training again."""
+    rows, ALGO>ROW to show them in row ROW, @TASK[,TASK...] before the `=` for only those
+    columns): rows measured in earlier sessions join the table without training again."""
     models_dir: Path = Path("runs/report-models")
     """where the grid's models are exported and every evaluation is kept."""
     out: Path = Path("reports")

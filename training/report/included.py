@@ -4,8 +4,9 @@ A training run on these CPUs takes minutes to an hour and its model folder is no
 its evaluated scores are in the earlier table's JSON (`runs`). A table that gathers rows measured
 in several sessions reads them from there instead of training them again. Each entry is FILE
 (every run in it) or ALGO[,ALGO...]=FILE (only those rows); ALGO>ROW puts ALGO's runs in row ROW
-(`cdt>cdt-guided`: the guided CDT beside the plain one). The earlier table's CPU stays with them,
-so the new table can say where its figures came from.
+(`cdt>cdt-guided`: the guided CDT beside the plain one), and @TASK[,TASK...] before the `=` keeps
+only those columns (`cdt@AntRun,BallRun=FILE`: the other tasks' runs were measured again). The
+earlier table's CPU stays with them, so the new table can say where its figures came from.
 """
 
 from __future__ import annotations
@@ -30,14 +31,16 @@ class IncludedRuns:
     """the CPU the earlier report's episodes ran on, as its JSON records it."""
 
 
-def _parse_entry(entry: str) -> tuple[dict[str, str], Path]:
-    """({algorithm in the file: its row in the new table}, file); no names: every run as is."""
-    algorithms, path = split_label(entry)  # ALGOS=FILE reads like --include-existing's LABEL=DIR
+def _parse_entry(entry: str) -> tuple[dict[str, str], set[str], Path]:
+    """({algorithm in the file: its row in the new table}, {tasks kept}, file); no names: every
+    run as is, no tasks: every column."""
+    label, path = split_label(entry)  # ALGOS=FILE reads like --include-existing's LABEL=DIR
+    algorithms, _, tasks = (label or "").partition("@")
     rows = {}
-    for name in filter(None, (algorithms or "").split(",")):
+    for name in filter(None, algorithms.split(",")):
         source, _, row = name.partition(">")
         rows[source] = row or source
-    return rows, path
+    return rows, set(filter(None, tasks.split(","))), path
 
 
 def _read_payload(path: Path) -> dict[str, Any]:
@@ -61,8 +64,8 @@ def _run(record: Any, path: Path) -> RunResult:
 
 def read_included(entry: str, cost_limit: float) -> IncludedRuns:
     """The runs one `--include-runs` entry names; ValueError, with the file named, for a file
-    that is not a report's JSON, an algorithm it does not hold, or another cost limit."""
-    rows, path = _parse_entry(entry)
+    that is not a report's JSON, an algorithm or task it does not hold, or another cost limit."""
+    rows, tasks, path = _parse_entry(entry)
     payload = _read_payload(path)
     if payload.get("cost_limit") != cost_limit:
         raise ValueError(
@@ -73,8 +76,13 @@ def read_included(entry: str, cost_limit: float) -> IncludedRuns:
     if missing := sorted(set(rows) - {run.algo for run in runs}):
         held = ", ".join(sorted({run.algo for run in runs}))
         raise ValueError(f"{path}: no runs of {', '.join(missing)} (it holds {held})")
+    if missing := sorted(tasks - {run.task for run in runs}):
+        held = ", ".join(sorted({run.task for run in runs}))
+        raise ValueError(f"{path}: no runs on {', '.join(missing)} (it holds {held})")
     if rows:
         runs = [run._replace(algo=rows[run.algo]) for run in runs if run.algo in rows]
+    if tasks:
+        runs = [run for run in runs if run.task in tasks]
     cpu = str((payload.get("compute") or {}).get("cpu", "a CPU not recorded"))
     return IncludedRuns(path=path, runs=runs, cpu=cpu)
 

@@ -39,6 +39,16 @@ def test_an_entry_takes_every_run_or_only_the_named_algorithms(tmp_path: Path) -
     assert [run.reward for run in renamed] == [run.reward for run in CDT]
 
 
+def test_an_entry_can_keep_only_some_tasks(tmp_path: Path) -> None:
+    ant = [RunResult("cdt", "AntRun", seed, 60.0, 3.0, 24_000) for seed in range(3)]
+    path = _report(tmp_path / "a.json", [*CDT, *ant, *BCQ])
+    assert read_included(f"@AntRun={path}", 10.0).runs == ant  # every algorithm, one column
+    kept = read_included(f"cdt>cdt-calibrated@CarRun={path}", 10.0).runs
+    assert [(run.algo, run.task) for run in kept] == [("cdt-calibrated", "CarRun")] * 3
+    with pytest.raises(ValueError, match="no runs on BallRun \\(it holds AntRun, CarRun\\)"):
+        read_included(f"cdt@BallRun,CarRun={path}", 10.0)
+
+
 @pytest.mark.parametrize(
     ("entry", "cost_limit", "message"),
     [
