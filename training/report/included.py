@@ -62,6 +62,15 @@ def _run(record: Any, path: Path) -> RunResult:
         raise ValueError(f"{path}: a run is not one `cdt report` wrote ({error})") from error
 
 
+def _check_held(path: Path, preposition: str, wanted: set[str], held: set[str]) -> None:
+    """ValueError naming what an entry asks for (algorithms, tasks) that the file does not hold."""
+    if missing := sorted(wanted - held):
+        raise ValueError(
+            f"{path}: no runs {preposition} {', '.join(missing)} "
+            f"(it holds {', '.join(sorted(held))})"
+        )
+
+
 def read_included(entry: str, cost_limit: float) -> IncludedRuns:
     """The runs one `--include-runs` entry names; ValueError, with the file named, for a file
     that is not a report's JSON, an algorithm or task it does not hold, or another cost limit."""
@@ -73,12 +82,8 @@ def read_included(entry: str, cost_limit: float) -> IncludedRuns:
             f"this table at {cost_limit:g}"
         )
     runs = [_run(record, path) for record in payload["runs"]]
-    if missing := sorted(set(rows) - {run.algo for run in runs}):
-        held = ", ".join(sorted({run.algo for run in runs}))
-        raise ValueError(f"{path}: no runs of {', '.join(missing)} (it holds {held})")
-    if missing := sorted(tasks - {run.task for run in runs}):
-        held = ", ".join(sorted({run.task for run in runs}))
-        raise ValueError(f"{path}: no runs on {', '.join(missing)} (it holds {held})")
+    _check_held(path, "of", set(rows), {run.algo for run in runs})
+    _check_held(path, "on", tasks, {run.task for run in runs})
     if rows:
         runs = [run._replace(algo=rows[run.algo]) for run in runs if run.algo in rows]
     if tasks:
