@@ -83,9 +83,9 @@ def read_included(entry: str, cost_limit: float) -> IncludedRuns:
         )
     runs = [_run(record, path) for record in payload["runs"]]
     _check_held(path, "of", set(rows), {run.algo for run in runs})
-    _check_held(path, "on", tasks, {run.task for run in runs})
     if rows:
         runs = [run._replace(algo=rows[run.algo]) for run in runs if run.algo in rows]
+    _check_held(path, "on", tasks, {run.task for run in runs})  # of the algorithms kept
     if tasks:
         runs = [run for run in runs if run.task in tasks]
     cpu = str((payload.get("compute") or {}).get("cpu", "a CPU not recorded"))

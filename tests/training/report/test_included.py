@@ -47,6 +47,8 @@ def test_an_entry_can_keep_only_some_tasks(tmp_path: Path) -> None:
     assert [(run.algo, run.task) for run in kept] == [("cdt-calibrated", "CarRun")] * 3
     with pytest.raises(ValueError, match="no runs on BallRun \\(it holds AntRun, CarRun\\)"):
         read_included(f"cdt@BallRun,CarRun={path}", 10.0)
+    with pytest.raises(ValueError, match="no runs on AntRun \\(it holds CarRun\\)"):
+        read_included(f"bcq-lag@AntRun={path}", 10.0)  # another algorithm's column is no answer
 
 
 @pytest.mark.parametrize(
