@@ -16,11 +16,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from training.baselines.config import BaselineConfig
 from training.baselines.data import TransitionBatch
 from training.baselines.networks import DeterministicActor
-from training.baselines.trainer import TrainedBaseline, TrainingContext, adam, step, train_with
-from training.data.dataset import OfflineDataset
+from training.baselines.trainer import TrainingContext, adam, step
 
 
 class BCHead(nn.Module):
@@ -60,8 +58,3 @@ class BCLearner(nn.Module):
 
     def policy_head(self) -> nn.Module:
         return self.head
-
-
-def train_bc(config: BaselineConfig, dataset: OfflineDataset) -> TrainedBaseline:
-    """Train any BC variant (`config.algo` picks the data) or MT-BC."""
-    return train_with(BCLearner, config, dataset)

@@ -17,12 +17,10 @@ import copy
 import torch
 from torch import nn
 
-from training.baselines.config import BaselineConfig
 from training.baselines.critics import LagrangianCritics
 from training.baselines.data import TransitionBatch
 from training.baselines.networks import ConditionalVAE, PerturbationActor, soft_update
-from training.baselines.trainer import TrainedBaseline, TrainingContext, adam, step, train_with
-from training.data.dataset import OfflineDataset
+from training.baselines.trainer import TrainingContext, adam, step
 
 
 class BCQHead(nn.Module):
@@ -74,8 +72,3 @@ class BCQLearner(nn.Module):
 
     def policy_head(self) -> nn.Module:
         return BCQHead(self.vae, self.actor)
-
-
-def train_bcq(config: BaselineConfig, dataset: OfflineDataset) -> TrainedBaseline:
-    """Train BCQ-Lag (`algo="bcq-lag"`) or the unconstrained BCQ (`algo="bcq"`)."""
-    return train_with(BCQLearner, config, dataset)

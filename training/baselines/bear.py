@@ -14,7 +14,6 @@ import copy
 import torch
 from torch import nn
 
-from training.baselines.config import BaselineConfig
 from training.baselines.critics import LagrangianCritics
 from training.baselines.data import TransitionBatch
 from training.baselines.networks import (
@@ -24,8 +23,7 @@ from training.baselines.networks import (
     gaussian_mmd,
     soft_update,
 )
-from training.baselines.trainer import TrainedBaseline, TrainingContext, adam, step, train_with
-from training.data.dataset import OfflineDataset
+from training.baselines.trainer import TrainingContext, adam, step
 
 
 class BEARLearner(nn.Module):
@@ -87,8 +85,3 @@ class BEARLearner(nn.Module):
 
     def policy_head(self) -> nn.Module:
         return SquashedGaussianHead(self.actor)
-
-
-def train_bear(config: BaselineConfig, dataset: OfflineDataset) -> TrainedBaseline:
-    """Train BEAR-Lag (`algo="bear-lag"`) or the unconstrained BEAR (`algo="bear"`)."""
-    return train_with(BEARLearner, config, dataset)

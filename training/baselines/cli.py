@@ -3,7 +3,8 @@
 Example: `python -m training.baselines.cli --algo bc-safe --dataset datasets/SafetyCarRun-v0.hdf5
 --out models/bc-safe-carrun/ --cost-limit 10 --steps 100000 --seed 0`. Every value, the dataset
 and the output folder are checked before training: a model already in `--out` (a shipped one,
-say) is replaced only with `--force`.
+say) is replaced only with `--force`. A run stopped (Ctrl-C, SIGTERM, a killed session) continues
+from the output folder's `progress.pt` when the same command runs again.
 """
 
 from __future__ import annotations
@@ -11,12 +12,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import sys
 from dataclasses import dataclass
 from typing import Annotated
 
 import tyro
 
-from runtime.arguments import AT_LEAST_1, FINITE_AT_LEAST_0, OPEN_UNIT_INTERVAL, POSITIVE, unmet
+from runtime.arguments import (
+    AT_LEAST_0,
+    AT_LEAST_1,
+    FINITE_AT_LEAST_0,
+    OPEN_UNIT_INTERVAL,
+    POSITIVE,
+    unmet,
+)
 from runtime.files import CARD_FILE, ONNX_FILE, check_writable, refuse_overwrite
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.baselines.config import BaselineConfig
@@ -59,6 +68,7 @@ def config_problems(config: BaselineConfig) -> list[str]:
     found += unmet(POSITIVE, pick(*rates))
     found += unmet(OPEN_UNIT_INTERVAL, pick("gamma", "tau"))
     found += unmet(FINITE_AT_LEAST_0, pick("cost_limit", "k_p", "k_i", "k_d"))
+    found += unmet(AT_LEAST_0, pick("checkpoint_every"))
     return found
 
 
@@ -93,11 +103,18 @@ def main(argv: list[str] | None = None) -> None:
     refuse_overwrite([out_dir / ONNX_FILE, out_dir / CARD_FILE], args.force, hint)
     # Imported after parsing: the trainers load torch (~2 s), which --help never needs.
     from training.baselines.registry import train_and_export
+    from training.baselines.resume import ProgressMismatch
+    from training.learn.interrupt import TrainingInterrupted
 
     try:
         out_dir = train_and_export(config, dataset)
+    except ProgressMismatch as error:
+        raise UserError(str(error)) from None
     except ValueError as error:
         raise UserError(f"--algo {config.algo}: {error}") from error
+    except TrainingInterrupted as stopped:
+        print(f"cdt train: {stopped} (progress in {stopped.checkpoint})", file=sys.stderr)
+        raise SystemExit(130) from None
     print(f"{config.algo}: wrote {out_dir / ONNX_FILE} and {out_dir / CARD_FILE}")
 
 

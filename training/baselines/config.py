@@ -103,6 +103,9 @@ class BaselineConfig:
     """COptiDICE: KL budget of the cost upper bound (0 uses the plain estimate)."""
     log_every: int = 1000
     """log the running losses every this many steps."""
+    checkpoint_every: int = 1000
+    """write the whole training state to `progress.pt` in the output folder every this many
+    steps, so the same command run again resumes (0: only when stopped by Ctrl-C or SIGTERM)."""
 
     @property
     def resolved_actor_lr(self) -> float:

@@ -18,12 +18,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from training.baselines.config import BaselineConfig
 from training.baselines.data import TransitionBatch
 from training.baselines.lagrangian import per_step_threshold
 from training.baselines.networks import QEnsemble, SquashedGaussianActor, SquashedGaussianHead
-from training.baselines.trainer import TrainedBaseline, TrainingContext, adam, step, train_with
-from training.data.dataset import OfflineDataset
+from training.baselines.trainer import TrainingContext, adam, step
 
 
 def soft_chi_divergence(ratio: torch.Tensor) -> torch.Tensor:
@@ -120,8 +118,3 @@ class COptiDICELearner(nn.Module):
 
     def policy_head(self) -> nn.Module:
         return SquashedGaussianHead(self.actor)
-
-
-def train_coptidice(config: BaselineConfig, dataset: OfflineDataset) -> TrainedBaseline:
-    """Train COptiDICE."""
-    return train_with(COptiDICELearner, config, dataset)

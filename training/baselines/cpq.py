@@ -19,7 +19,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from training.baselines.config import BaselineConfig
 from training.baselines.data import TransitionBatch
 from training.baselines.lagrangian import per_step_threshold
 from training.baselines.networks import (
@@ -29,8 +28,7 @@ from training.baselines.networks import (
     SquashedGaussianHead,
     soft_update,
 )
-from training.baselines.trainer import TrainedBaseline, TrainingContext, adam, step, train_with
-from training.data.dataset import OfflineDataset
+from training.baselines.trainer import TrainingContext, adam, step
 
 
 class CPQLearner(nn.Module):
@@ -117,8 +115,3 @@ class CPQLearner(nn.Module):
 
     def policy_head(self) -> nn.Module:
         return SquashedGaussianHead(self.actor)
-
-
-def train_cpq(config: BaselineConfig, dataset: OfflineDataset) -> TrainedBaseline:
-    """Train CPQ."""
-    return train_with(CPQLearner, config, dataset)

@@ -1,56 +1,73 @@
-"""Name -> training function, and the one call that trains and exports any baseline."""
+"""Name -> learner, and the one call that trains and exports any baseline."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from training.baselines import BC_ALGORITHMS
-from training.baselines.bc import train_bc
-from training.baselines.bcq import train_bcq
-from training.baselines.bear import train_bear
+from training.baselines.bc import BCLearner
+from training.baselines.bcq import BCQLearner
+from training.baselines.bear import BEARLearner
 from training.baselines.config import BaselineConfig
-from training.baselines.coptidice import train_coptidice
-from training.baselines.cpq import train_cpq
+from training.baselines.coptidice import COptiDICELearner
+from training.baselines.cpq import CPQLearner
 from training.baselines.export import export_baseline
-from training.baselines.trainer import TrainedBaseline
+from training.baselines.resume import PROGRESS_FILE, discard_progress
+from training.baselines.trainer import LearnerFactory, TrainedBaseline, train_with
 from training.data.dataset import OfflineDataset, load_dataset
+from training.learn.interrupt import TrainingInterrupted
 from training.ledger import record_training
 
-TrainFunction = Callable[[BaselineConfig, OfflineDataset], TrainedBaseline]
-
-TRAINERS: dict[str, TrainFunction] = {
-    **dict.fromkeys(BC_ALGORITHMS, train_bc),
-    "bcq-lag": train_bcq,
-    "bcq": train_bcq,
-    "bear-lag": train_bear,
-    "bear": train_bear,
-    "cpq": train_cpq,
-    "coptidice": train_coptidice,
+LEARNERS: dict[str, LearnerFactory] = {
+    **dict.fromkeys(BC_ALGORITHMS, BCLearner),
+    "bcq-lag": BCQLearner,
+    "bcq": BCQLearner,
+    "bear-lag": BEARLearner,
+    "bear": BEARLearner,
+    "cpq": CPQLearner,
+    "coptidice": COptiDICELearner,
 }
 
 
-def train_baseline(config: BaselineConfig, dataset: OfflineDataset) -> TrainedBaseline:
-    """Train `config.algo` on `dataset`."""
-    return TRAINERS[config.algo](config, dataset)
+def train_baseline(
+    config: BaselineConfig, dataset: OfflineDataset, progress_file: Path | None = None
+) -> TrainedBaseline:
+    """Train `config.algo` on `dataset` (resumable through `progress_file`, see `trainer.fit`)."""
+    return train_with(LEARNERS[config.algo], config, dataset, progress_file)
 
 
 def train_and_export(config: BaselineConfig, dataset: OfflineDataset | None = None) -> Path:
-    """Load the dataset (unless given), train, export and enter the run in the ledger (`cdt
-    train --algo` and `cdt report`'s grid both come here); returns the model directory."""
+    """Load the dataset (unless given), train (continuing the output folder's `progress.pt`),
+    export and enter the run in the ledger, however it ends (`cdt train --algo` and `cdt
+    report`'s grid both come here); returns the model directory."""
     dataset = dataset or load_dataset(config.dataset)
+    out_dir = config.output_dir(dataset.task)
+    progress_file = out_dir / PROGRESS_FILE
     started = time.perf_counter()
-    trained = train_baseline(config, dataset)
-    out_dir = export_baseline(trained, dataset, config.output_dir(dataset.task))
-    record_training(
-        str(out_dir),
-        "done",
-        started=started,
-        device=config.device,
-        task=dataset.task,
-        algorithm=config.algo,
-        seed=config.seed,
-        steps=config.steps,
-    )
+
+    def log(outcome: str, steps: int | None) -> None:
+        record_training(
+            str(out_dir),
+            outcome,
+            started=started,
+            device=config.device,
+            task=dataset.task,
+            algorithm=config.algo,
+            seed=config.seed,
+            steps=steps,
+        )
+
+    try:
+        trained = train_baseline(config, dataset, progress_file)
+    except TrainingInterrupted as stopped:
+        log("interrupted (resumable)", stopped.step)
+        raise
+    except Exception as error:
+        log(f"failed: {type(error).__name__}: {error}", None)
+        raise
+    export_baseline(trained, dataset, out_dir)
+    discard_progress(progress_file)
+    resumed = "" if trained.resumed_from is None else f" (resumed at step {trained.resumed_from})"
+    log(f"done{resumed}", config.steps)
     return out_dir

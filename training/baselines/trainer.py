@@ -13,7 +13,8 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import Protocol, cast
 
 import numpy as np
 import torch
@@ -29,8 +30,10 @@ from training.baselines.data import (
     make_normaliser,
     select_episodes,
 )
+from training.baselines.resume import Progress, resume_progress, write_progress
 from training.data.dataset import OfflineDataset
 from training.heap import keep_freed_memory
+from training.learn.interrupt import StopRequest, TrainingInterrupted
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +74,10 @@ class TrainedBaseline:
     history: list[dict[str, float]]
     """mean statistics of each `log_every` window of steps."""
     train_seconds: float
-    """wall-clock time of the gradient steps (the compute budget the report states)."""
+    """wall-clock time of the gradient steps (the compute budget the report states), over every
+    part of a resumed run."""
+    resumed_from: int | None = None
+    """the step the last part of a resumed run started from (None: one part)."""
 
     @property
     def observation_dim(self) -> int:
@@ -82,28 +88,71 @@ class TrainedBaseline:
         return int(self.normaliser.action_low.shape[0])
 
 
-def fit(learner: Learner, data: TransitionData, config: BaselineConfig) -> list[dict[str, float]]:
-    """Run `config.steps` updates on uniform batches; return per-window mean statistics."""
-    generator = torch.Generator().manual_seed(config.seed)
-    history: list[dict[str, float]] = []
-    window: defaultdict[str, list[float]] = defaultdict(list)
-    progress = tqdm(range(config.steps), desc=config.algo, unit="step", mininterval=5.0)
-    for step in progress:
-        stats = learner.update(data.sample(config.batch_size, generator))
-        for key, value in stats.items():
-            window[key].append(value)
-        if (step + 1) % config.log_every == 0 or step + 1 == config.steps:
-            means = {key: float(np.mean(values)) for key, values in window.items()}
-            history.append({"step": float(step + 1), **means})
-            progress.set_postfix({key: f"{value:.3g}" for key, value in means.items()})
-            window.clear()
-    return history
+def fit(
+    learner: Learner, data: TransitionData, config: BaselineConfig, progress_file: Path | None
+) -> Progress:
+    """Take the updates left of `config.steps` on uniform batches, continuing `progress_file`
+    where it holds a run with these settings and writing it every `config.checkpoint_every`
+    steps. Ctrl-C or SIGTERM stops after the current step: the file is written, then
+    `TrainingInterrupted` raised. Without a file, nothing is saved and a signal acts at once."""
+    sampler = torch.Generator().manual_seed(config.seed)
+    module = cast(nn.Module, learner)  # every learner is one (the module docstring)
+    progress = Progress()
+    if progress_file is not None:
+        progress = resume_progress(progress_file, config, module, sampler)
+    window: defaultdict[str, list[float]] = defaultdict(list, progress.window)
+    bar = tqdm(
+        total=config.steps, initial=progress.step, desc=config.algo, unit="step", mininterval=5.0
+    )
+    clock = _Clock(progress.seconds)
+
+    def save() -> None:
+        assert progress_file is not None
+        progress.seconds, progress.window = clock.seconds(), dict(window)
+        write_progress(progress_file, config, module, progress, sampler)
+
+    with StopRequest(enabled=progress_file is not None) as stop:
+        while progress.step < config.steps and not stop.requested:
+            for key, value in learner.update(data.sample(config.batch_size, sampler)).items():
+                window[key].append(value)
+            progress.step += 1
+            bar.update(1)
+            if progress.step % config.log_every == 0 or progress.step == config.steps:
+                means = {key: float(np.mean(values)) for key, values in window.items()}
+                progress.history.append({"step": float(progress.step), **means})
+                bar.set_postfix({key: f"{value:.3g}" for key, value in means.items()})
+                window.clear()
+            every = config.checkpoint_every
+            if progress_file and every and progress.step % every == 0 and not stop.requested:
+                save()
+    bar.close()
+    progress.seconds = clock.seconds()
+    if stop.requested:
+        save()
+        assert progress_file is not None
+        hint = "run the same command again to continue"
+        raise TrainingInterrupted(progress_file, progress.step, hint)
+    return progress
+
+
+class _Clock:
+    """Seconds of training: those of earlier parts of a resumed run, plus this one's."""
+
+    def __init__(self, earlier: float) -> None:
+        self.started = time.perf_counter() - earlier
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.started
 
 
 def train_with(
-    factory: LearnerFactory, config: BaselineConfig, dataset: OfflineDataset
+    factory: LearnerFactory,
+    config: BaselineConfig,
+    dataset: OfflineDataset,
+    progress_file: Path | None = None,
 ) -> TrainedBaseline:
-    """Select the algorithm's data, build its learner with `factory`, and fit it."""
+    """Select the algorithm's data, build its learner with `factory`, and fit it (see `fit` for
+    `progress_file`)."""
     torch.manual_seed(config.seed)
     keep_freed_memory()
     if config.threads is not None:
@@ -113,16 +162,16 @@ def train_with(
     data = TransitionData(episodes, normaliser, config)
     episode_len = config.episode_len or max(episode.length for episode in dataset.episodes)
     learner = factory(TrainingContext(config=config, data=data, episode_len=episode_len))
-    started = time.perf_counter()
-    history = fit(learner, data, config)
+    progress = fit(learner, data, config, progress_file)
     return TrainedBaseline(
         config=config,
         learner=learner,
         normaliser=normaliser,
         episode_len=episode_len,
         episodes_used=len(episodes),
-        history=history,
-        train_seconds=time.perf_counter() - started,
+        history=progress.history,
+        train_seconds=progress.seconds,
+        resumed_from=progress.resumed_from,
     )
 
 

@@ -48,7 +48,9 @@ class StopRequest:
 class TrainingInterrupted(KeyboardInterrupt):
     """Raised once a stopped run's `last.pt` holds the step it stopped at."""
 
-    def __init__(self, checkpoint: Path, step: int) -> None:
-        super().__init__(f"stopped at step {step}; continue with --resume {checkpoint}")
+    def __init__(self, checkpoint: Path, step: int, hint: str | None = None) -> None:
+        super().__init__(
+            f"stopped at step {step}; {hint or f'continue with --resume {checkpoint}'}"
+        )
         self.checkpoint = checkpoint
         self.step = step

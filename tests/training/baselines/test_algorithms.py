@@ -12,7 +12,7 @@ import torch
 from training.baselines import ALGORITHMS, NAMES_IN_PAPER
 from training.baselines.config import BaselineConfig
 from training.baselines.lagrangian import CostMultiplier, per_step_threshold
-from training.baselines.registry import TRAINERS, train_baseline
+from training.baselines.registry import LEARNERS, train_baseline
 from training.data.dataset import OfflineDataset
 
 # The supervised parts each algorithm fits: behaviour models and critics (whose TD targets
@@ -29,7 +29,7 @@ FITTED_LOSSES = {
 
 
 def test_registry_covers_every_algorithm() -> None:
-    assert set(TRAINERS) == set(ALGORITHMS) == set(NAMES_IN_PAPER)
+    assert set(LEARNERS) == set(ALGORITHMS) == set(NAMES_IN_PAPER)
     assert set(FITTED_LOSSES) == set(ALGORITHMS)
     assert get_args(get_type_hints(BaselineConfig)["algo"]) == ALGORITHMS
 
