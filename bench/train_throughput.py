@@ -8,11 +8,13 @@ the slow one on identical batches.
     python -m bench.train_throughput                      # synthetic CarRun-shaped data
     python -m bench.train_throughput --dataset datasets/SafetyCarRun-v0.hdf5 --steps 20
     python -m bench.train_throughput --batch-sizes 256 --compile --bf16
+    python -m bench.train_throughput --recipe cpu-budget --batch-sizes 256 --threads 1 --steps 30
 
 Options measured (TrainConfig fields unless noted):
 - prebuilt_batches (bench only): one gather from pre-padded tensors (data/windows.py) instead of
   building every window in Python and padding it, as OSRL's DataLoader does;
 - fused_attention: scaled_dot_product_attention instead of the written-out softmax;
+- short_attention: with at most 4 keys (context 1), broadcast products instead of either;
 - skip_unread_outputs: the last block computes only the tokens the losses read;
 - fast_dropout: dropout masks from 16-bit random numbers instead of torch's bernoulli;
 - threads: every scenario runs with --threads (2: one per core); "1 thread" is shown for scale;
@@ -41,14 +43,14 @@ import torch
 
 from training.data.dataset import Episode, save_dataset
 from training.data.windows import Batch, WindowSampler
-from training.learn.config import TrainConfig
+from training.learn.config import PRESETS, TrainConfig
 from training.learn.losses import LossTerms
 from training.learn.state import TrainState
 from training.learn.train import prepare_training, train_step
 
 SPEED_OPTIONS = (
-    *("prebuilt_batches", "fused_attention", "skip_unread_outputs", "fast_dropout"),
-    "flat_parameters",
+    *("prebuilt_batches", "fused_attention", "short_attention", "skip_unread_outputs"),
+    *("fast_dropout", "flat_parameters"),
 )
 REFERENCE_S_PER_STEP = {256: 0.55, 2048: 8.9}  # the authors' implementation, from the issue
 
@@ -112,6 +114,7 @@ def make_state(base: TrainConfig, options: dict[str, bool], batch_size: int) -> 
         base,
         batch_size=batch_size,
         fused_attention=options["fused_attention"],
+        short_attention=options["short_attention"],
         skip_unread_outputs=options["skip_unread_outputs"],
         fast_dropout=options["fast_dropout"],
         flat_parameters=options["flat_parameters"],
@@ -204,6 +207,22 @@ def print_loss_curve(base: TrainConfig, steps: int, bf16: bool) -> None:
         )
 
 
+def bench_config(
+    recipe: str, dataset: Path, workdir: Path, args: argparse.Namespace
+) -> TrainConfig:
+    """The paper architecture at --dropout, or the `cpu-budget` preset as `cdt train` runs it."""
+    model = (
+        PRESETS["cpu-budget"]
+        if recipe == "cpu-budget"
+        else TrainConfig(dropout=args.dropout, embedding_dim=128, num_layers=3, num_heads=8)
+    )
+    return dataclasses.replace(
+        model, dataset=dataset, out_dir=workdir, run_name="bench", tensorboard=False,
+        eval_every=0, fail_fast_step=0, update_steps=0, num_threads=args.threads,
+        device=args.device,
+    )  # fmt: skip
+
+
 def describe_device(device: str) -> str:
     if device.startswith("cuda"):
         return f"GPU {torch.cuda.get_device_name(torch.device(device))}"
@@ -222,18 +241,18 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     parser.add_argument("--curve-steps", type=int, default=30, help="0 skips the check")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda for the GPU table")
+    parser.add_argument(
+        "--recipe", choices=("paper", "cpu-budget"), default="paper",
+        help="paper: 3 x 128 x 8, K = 10 at --dropout; cpu-budget: the preset as cdt train runs it",
+    )  # fmt: skip
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="cdt-bench-"))
     dataset = args.dataset or synthetic_dataset(workdir / "synthetic.hdf5")
-    base = TrainConfig(
-        dataset=dataset, out_dir=workdir, run_name="bench", dropout=args.dropout,
-        embedding_dim=128, num_layers=3, num_heads=8,
-        tensorboard=False, eval_every=0, update_steps=0, num_threads=args.threads,
-        device=args.device,
-    )  # fmt: skip
+    base = bench_config(args.recipe, dataset, workdir, args)
     extra = [name for name in ("bf16", "compile") if getattr(args, name)]
     print(
-        f"model 3x128x8, K=10, dropout {args.dropout}; {args.threads} threads; "
+        f"model {base.num_layers}x{base.embedding_dim}x{base.num_heads}, K={base.seq_len}, "
+        f"dropout {base.dropout} ({args.recipe}); {args.threads} threads; "
         f"torch {torch.__version__}; {describe_device(args.device)}"
     )
     print(
@@ -245,7 +264,9 @@ def main() -> None:
         states = [make_state(base, options, batch_size) for _, options in rows]
         steps = max(1, args.steps * 256 // batch_size)
         results = measure_interleaved(states, steps, args.rounds)
-        reference = REFERENCE_S_PER_STEP.get(batch_size, np.nan)
+        # the issue's reference times the paper architecture: no column for the preset
+        paper = args.recipe == "paper"
+        reference = REFERENCE_S_PER_STEP.get(batch_size, np.nan) if paper else np.nan
         for (name, _), (wall, cpu) in zip(rows, results, strict=True):
             print(
                 f"{batch_size:>6} {name:<40} {wall:>8.3f} {cpu:>7.3f} {1 / wall:>8.2f} "

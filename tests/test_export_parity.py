@@ -61,6 +61,25 @@ def test_onnxruntime_matches_torch_for_every_window_fill(
 
 
 @pytest.mark.slow
+def test_a_context_one_policy_exports_its_short_attention_faithfully(tmp_path: Path):
+    from training.export import export_checkpoint
+
+    dataset = write_dataset(tmp_path / "tiny.hdf5")
+    config = tiny_config(dataset, tmp_path, update_steps=3, seq_len=1, return_basis=4)
+    checkpoint = train(config)
+    out_dir = export_checkpoint(checkpoint, tmp_path / "models" / "context-one")
+    policy = policy_from_checkpoint(load_checkpoint(checkpoint))
+    assert policy.model.blocks[0].attention.short  # the path under test
+    session = ort.InferenceSession(str(out_dir / "model.onnx"), providers=["CPUExecutionProvider"])
+    inputs = random_windows(8, fill=1, seq_len=1, seed=3)
+    with torch.no_grad():
+        mean, log_std = policy(*(torch.from_numpy(inputs[name]) for name in WINDOW_NAMES))
+    onnx_mean, onnx_log_std = session.run(None, inputs)
+    np.testing.assert_allclose(onnx_mean, mean.numpy(), atol=1e-4, rtol=0)
+    np.testing.assert_allclose(onnx_log_std, log_std.numpy(), atol=1e-4, rtol=0)
+
+
+@pytest.mark.slow
 def test_padding_contents_do_not_change_the_exported_action(exported_policy: tuple[Path, Path]):
     _, out_dir = exported_policy
     session = ort.InferenceSession(str(out_dir / "model.onnx"), providers=["CPUExecutionProvider"])

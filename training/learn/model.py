@@ -45,6 +45,7 @@ class ModelConfig:
     cost_to_go_offset: float | None = None
     cost_conditioned: bool = True  # False: the cost-to-go input is ignored (unconstrained DT)
     fused_attention: bool = True
+    short_attention: bool = True  # broadcast products for few keys (see CausalSelfAttention)
     skip_unread_outputs: bool = True  # compute only the tokens that are read (exact)
     fast_dropout: bool = True  # dropout masks from 16-bit random numbers (see `dropout`)
     # Return tokens: 0 keeps the plain Linear(1, emb) embedding; n > 0 adds n triangular basis
@@ -88,11 +89,21 @@ def dropout(x: torch.Tensor, p: float, fast: bool) -> torch.Tensor:
     return x * (keep.to(x.dtype) * (1.0 / (1.0 - p)))  # one autograd multiply, not two
 
 
+SHORT_ATTENTION_KEYS = 4
+"""Up to this many keys (context 1: the return, cost and state tokens), `short_attention` computes
+attention as broadcast products over [batch, queries, keys, emb]; longer sequences use SDPA."""
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head self-attention written out by hand (one fused QKV projection).
 
     `nn.MultiheadAttention` is avoided on purpose: its legacy ONNX export bakes the traced sequence
     length into the graph (pytorch #117209), and its fast path is unavailable in training anyway.
+    With `short_attention` and at most SHORT_ATTENTION_KEYS keys, the scores and the weighted sum
+    are elementwise products summed over the head's features, on the projection's own [batch,
+    tokens, emb] layout: at 3 tokens the SDPA kernel's fixed cost per (batch, head) block and the
+    copies around its head-major layout were most of its time (equal to fp32 rounding;
+    docs/decisions/training-speed.md).
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -103,6 +114,7 @@ class CausalSelfAttention(nn.Module):
         self.num_heads = num_heads
         self.dropout = config.dropout
         self.fused = config.fused_attention
+        self.short = config.short_attention
         self.fast_dropout = config.fast_dropout
         self.qkv = nn.Linear(embedding_dim, 3 * embedding_dim)
         self.proj = nn.Linear(embedding_dim, embedding_dim)
@@ -129,6 +141,32 @@ class CausalSelfAttention(nn.Module):
         key, value = kv.permute(2, 0, 3, 1, 4).unbind(0)
         return query, key, value
 
+    def _few_keys(
+        self, queries: torch.Tensor, keys: torch.Tensor, allowed: torch.Tensor
+    ) -> torch.Tensor:
+        """The attention output before `proj`, [batch, q_tokens, emb], by broadcast products."""
+        batch_size, q_tokens, embedding_dim = queries.shape
+        tokens, heads = keys.shape[1], self.num_heads
+        head_dim = embedding_dim // heads
+        if queries is keys:
+            projected: torch.Tensor = self.qkv(keys)  # [b, t, 3 * emb]
+            query, key, value = torch.split(projected, embedding_dim, dim=-1)  # 3 x [b, t, emb]
+        else:
+            weight_q, weight_kv = torch.split(self.qkv.weight, [embedding_dim, 2 * embedding_dim])
+            bias_q, bias_kv = torch.split(self.qkv.bias, [embedding_dim, 2 * embedding_dim])
+            query = F.linear(queries, weight_q, bias_q)  # [b, q_tokens, emb]
+            key, value = torch.split(F.linear(keys, weight_kv, bias_kv), embedding_dim, dim=-1)
+        # [b, q, 1, heads, hd] * [b, 1, t, heads, hd], summed over hd -> [b, q, t, heads]
+        products = query.view(batch_size, q_tokens, 1, heads, head_dim) * key.view(
+            batch_size, 1, tokens, heads, head_dim
+        )
+        scores = products.sum(-1) / math.sqrt(head_dim)
+        # allowed [b, 1, q, t] -> [b, q, t, 1]; softmax over the keys
+        weights = scores.masked_fill(~allowed.permute(0, 2, 3, 1), float("-inf")).softmax(dim=2)
+        # [b, q, t, heads, 1] * [b, 1, t, heads, hd], summed over t -> [b, q, heads, hd]
+        mixed = (weights.unsqueeze(-1) * value.view(batch_size, 1, tokens, heads, head_dim)).sum(2)
+        return mixed.reshape(batch_size, q_tokens, embedding_dim)
+
     def forward(
         self, queries: torch.Tensor, keys: torch.Tensor, allowed: torch.Tensor
     ) -> torch.Tensor:
@@ -136,8 +174,10 @@ class CausalSelfAttention(nn.Module):
         token is queried), allowed: [batch, 1, q_tokens, tokens] bool, True = may attend."""
         batch_size, q_tokens, embedding_dim = queries.shape
         head_dim = embedding_dim // self.num_heads
-        query, key, value = self._project(queries, keys)
         drop = self.dropout if self.training else 0.0
+        if self.short and not drop and keys.shape[1] <= SHORT_ATTENTION_KEYS:
+            return self.proj(self._few_keys(queries, keys, allowed))  # type: ignore[no-any-return]
+        query, key, value = self._project(queries, keys)
         if self.fused and not (drop and self.fast_dropout):
             out = F.scaled_dot_product_attention(
                 query, key, value, attn_mask=allowed, dropout_p=drop
@@ -421,6 +461,10 @@ class EntropyTemperature(nn.Module):
     def forward(self) -> torch.Tensor:
         return self.log_temperature.exp()
 
-    def loss(self, entropy: torch.Tensor) -> torch.Tensor:
-        """Raises the temperature while the policy entropy is below the target, lowers it above."""
-        return self.log_temperature.exp() * (entropy.detach() - self.target_entropy)
+    @torch.no_grad()
+    def set_gradient(self, entropy: torch.Tensor) -> None:
+        """The gradient of the temperature loss exp(log_t) * (entropy - target), which raises the
+        temperature while the policy entropy is below the target and lowers it above. Written
+        out, it is the number autograd gives, without a backward pass (a tenth of a CPU step)."""
+        gradient = self.log_temperature.exp() * (entropy.detach() - self.target_entropy)
+        self.log_temperature.grad = gradient.reshape(self.log_temperature.shape)

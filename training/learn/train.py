@@ -112,6 +112,7 @@ def build_model(
         cost_to_go_offset=config.cost_to_go_offset,
         cost_conditioned=config.cost_conditioned,
         fused_attention=config.fused_attention,
+        short_attention=config.short_attention,
         skip_unread_outputs=config.skip_unread_outputs,
         fast_dropout=config.fast_dropout,
         return_basis=config.return_basis,
@@ -160,8 +161,7 @@ def train_step(state: TrainState, batch: Batch) -> LossTerms:
     if state.averaged is not None:
         _update_average(state)
     if state.temperature is not None and state.temperature_optimizer is not None:
-        state.temperature_optimizer.zero_grad(set_to_none=True)
-        torch.autograd.backward(state.temperature.loss(terms.entropy))
+        state.temperature.set_gradient(terms.entropy)
         average_gradients(state.context, list(state.temperature.parameters()))
         state.temperature_optimizer.step()
     return terms

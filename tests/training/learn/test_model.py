@@ -135,6 +135,27 @@ def test_fused_and_written_out_attention_agree():
     torch.testing.assert_close(fused.action_mean, manual.action_mean, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("cost_prediction", [False, True])  # 3 keys, or 4 with the cost head
+def test_short_attention_agrees_with_the_kernel_at_context_one(cost_prediction: bool):
+    inputs = {name: value[:, -1:] for name, value in make_inputs(pads=(0, 0, 0)).items()}
+    results = []
+    for short in (True, False):
+        model = make_model(seq_len=1, short_attention=short, cost_prediction=cost_prediction)
+        output = model.train()(**inputs)
+        loss = output.action_mean.sum() + output.action_log_std.sum()
+        if output.cost_logits is not None:
+            loss = loss + output.cost_logits.sum()
+        loss.backward()
+        newest = model.eval()(**inputs, newest_only=True).action_mean
+        results.append((output, newest, [p.grad.clone() for p in model.parameters()]))
+    (short_out, short_newest, short_grads), (kernel_out, kernel_newest, kernel_grads) = results
+    torch.testing.assert_close(short_out.action_mean, kernel_out.action_mean)
+    torch.testing.assert_close(short_out.action_log_std, kernel_out.action_log_std)
+    torch.testing.assert_close(short_newest, kernel_newest)
+    for short_grad, kernel_grad in zip(short_grads, kernel_grads, strict=True):
+        torch.testing.assert_close(short_grad, kernel_grad, atol=1e-6, rtol=1e-4)
+
+
 def test_cost_transform_is_applied_to_costs_to_go():
     inputs = make_inputs()
     transformed = make_model(cost_to_go_offset=50.0)(**inputs).action_mean
@@ -179,9 +200,20 @@ def test_temperature_rises_while_entropy_is_below_target():
     temperature = EntropyTemperature(initial=0.1, target_entropy=-2.0)
     optimiser = torch.optim.SGD(temperature.parameters(), lr=0.1)
     before = float(temperature().detach())
-    temperature.loss(torch.tensor(-5.0)).backward()
+    temperature.set_gradient(torch.tensor(-5.0))
     optimiser.step()
     assert float(temperature().detach()) > before
+
+
+@pytest.mark.parametrize("entropy", [-5.0, -2.0, 0.7])
+def test_temperature_gradient_is_the_one_autograd_gives(entropy: float):
+    temperature = EntropyTemperature(initial=0.37, target_entropy=-2.0)
+    loss = temperature.log_temperature.exp() * (torch.tensor(entropy) - temperature.target_entropy)
+    loss.backward()
+    assert temperature.log_temperature.grad is not None
+    by_autograd = temperature.log_temperature.grad.clone()
+    temperature.set_gradient(torch.tensor(entropy))
+    assert torch.equal(temperature.log_temperature.grad, by_autograd)
 
 
 def test_fast_dropout_drops_the_requested_fraction_and_keeps_the_mean():
