@@ -17,6 +17,7 @@ from training.baselines.resume import PROGRESS_FILE, discard_progress
 from training.baselines.trainer import LearnerFactory, TrainedBaseline, train_with
 from training.data.dataset import OfflineDataset, load_dataset
 from training.learn.interrupt import TrainingInterrupted
+from training.learn.recorded import ending
 from training.ledger import record_training
 
 LEARNERS: dict[str, LearnerFactory] = {
@@ -60,11 +61,9 @@ def train_and_export(config: BaselineConfig, dataset: OfflineDataset | None = No
 
     try:
         trained = train_baseline(config, dataset, progress_file)
-    except TrainingInterrupted as stopped:
-        log("interrupted (resumable)", stopped.step)
-        raise
-    except Exception as error:
-        log(f"failed: {type(error).__name__}: {error}", None)
+    except (Exception, TrainingInterrupted) as error:
+        if (ended := ending(error)) is not None:
+            log(*ended)
         raise
     export_baseline(trained, dataset, out_dir)
     discard_progress(progress_file)

@@ -45,16 +45,21 @@ def train_and_record(
 
     try:
         path = train(config, evaluate_checkpoint=evaluate_checkpoint)
-    except CheckpointError:
-        raise
-    except BudgetIgnored as stopped:
-        log(f"stopped: {stopped}", stopped.step)
-        raise
-    except TrainingInterrupted as stopped:
-        log("interrupted (resumable)", stopped.step)
-        raise
-    except Exception as error:
-        log(f"failed: {type(error).__name__}: {error}", None)
+    except (Exception, TrainingInterrupted) as error:
+        if (ended := ending(error)) is not None:
+            log(*ended)
         raise
     log("done", config.update_steps)
     return path
+
+
+def ending(error: BaseException) -> tuple[str, int | None] | None:
+    """How a training run that raised `error` ended, as the ledger says it (outcome, steps
+    taken where known); None where no run started (a `--resume` that cannot be read)."""
+    if isinstance(error, CheckpointError):
+        return None
+    if isinstance(error, BudgetIgnored):
+        return f"stopped: {error}", error.step
+    if isinstance(error, TrainingInterrupted):
+        return "interrupted (resumable)", error.step
+    return f"failed: {type(error).__name__}: {error}", None
