@@ -115,15 +115,13 @@ def _restore(holder: Any, key: str, captured: dict[str, Any]) -> None:
 
 def _settings(config: BaselineConfig) -> dict[str, Any]:
     """The config as JSON values (paths as strings, tuples as lists)."""
-    values = dataclasses.asdict(config)
-    return {
-        key: str(value)
-        if isinstance(value, Path)
-        else list(value)
-        if isinstance(value, tuple)
-        else value
-        for key, value in values.items()
-    }
+    return {key: _json_value(value) for key, value in dataclasses.asdict(config).items()}
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, Path):
+        return str(value)
+    return list(value) if isinstance(value, tuple) else value
 
 
 def write_progress(

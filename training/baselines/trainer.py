@@ -104,11 +104,11 @@ def fit(
     bar = tqdm(
         total=config.steps, initial=progress.step, desc=config.algo, unit="step", mininterval=5.0
     )
-    clock = _Clock(progress.seconds)
+    started = time.perf_counter() - progress.seconds  # earlier parts of a resumed run count
 
     def save() -> None:
         assert progress_file is not None
-        progress.seconds, progress.window = clock.seconds(), dict(window)
+        progress.seconds, progress.window = time.perf_counter() - started, dict(window)
         write_progress(progress_file, config, module, progress, sampler)
 
     with StopRequest(enabled=progress_file is not None) as stop:
@@ -126,23 +126,13 @@ def fit(
             if progress_file and every and progress.step % every == 0 and not stop.requested:
                 save()
     bar.close()
-    progress.seconds = clock.seconds()
+    progress.seconds = time.perf_counter() - started
     if stop.requested:
         save()
         assert progress_file is not None
         hint = "run the same command again to continue"
         raise TrainingInterrupted(progress_file, progress.step, hint)
     return progress
-
-
-class _Clock:
-    """Seconds of training: those of earlier parts of a resumed run, plus this one's."""
-
-    def __init__(self, earlier: float) -> None:
-        self.started = time.perf_counter() - earlier
-
-    def seconds(self) -> float:
-        return time.perf_counter() - self.started
 
 
 def train_with(
