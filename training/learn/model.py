@@ -122,24 +122,18 @@ class CausalSelfAttention(nn.Module):
     def _project(
         self, queries: torch.Tensor, keys: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Query, key and value, each [batch, heads, tokens, head_dim]."""
-        batch_size, q_tokens, embedding_dim = queries.shape
-        tokens, head_dim = keys.shape[1], embedding_dim // self.num_heads
+        """Query [batch, q_tokens, emb], key and value [batch, tokens, emb] (views of the
+        projection; only the queried tokens get a query)."""
+        embedding_dim = queries.shape[-1]
         if queries is keys:
-            # [batch, tokens, 3 * emb] -> [batch, tokens, 3, heads, head_dim]
-            qkv = self.qkv(keys).view(batch_size, tokens, 3, self.num_heads, head_dim)
-            query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x [b, heads, t, hd]
+            projected: torch.Tensor = self.qkv(keys)  # [b, t, 3 * emb]
+            query, key, value = torch.split(projected, embedding_dim, dim=-1)
             return query, key, value
         sizes = [embedding_dim, 2 * embedding_dim]
         weight_q, weight_kv = torch.split(self.qkv.weight, sizes)
         bias_q, bias_kv = torch.split(self.qkv.bias, sizes)
-        # [batch, q_tokens, emb] -> [batch, heads, q_tokens, head_dim]
-        query = F.linear(queries, weight_q, bias_q)
-        query = query.view(batch_size, q_tokens, self.num_heads, head_dim).transpose(1, 2)
-        # [batch, tokens, 2 * emb] -> [2, batch, heads, tokens, head_dim]
-        kv = F.linear(keys, weight_kv, bias_kv).view(batch_size, tokens, 2, self.num_heads, -1)
-        key, value = kv.permute(2, 0, 3, 1, 4).unbind(0)
-        return query, key, value
+        key, value = torch.split(F.linear(keys, weight_kv, bias_kv), embedding_dim, dim=-1)
+        return F.linear(queries, weight_q, bias_q), key, value
 
     def _few_keys(
         self, queries: torch.Tensor, keys: torch.Tensor, allowed: torch.Tensor
@@ -148,14 +142,7 @@ class CausalSelfAttention(nn.Module):
         batch_size, q_tokens, embedding_dim = queries.shape
         tokens, heads = keys.shape[1], self.num_heads
         head_dim = embedding_dim // heads
-        if queries is keys:
-            projected: torch.Tensor = self.qkv(keys)  # [b, t, 3 * emb]
-            query, key, value = torch.split(projected, embedding_dim, dim=-1)  # 3 x [b, t, emb]
-        else:
-            weight_q, weight_kv = torch.split(self.qkv.weight, [embedding_dim, 2 * embedding_dim])
-            bias_q, bias_kv = torch.split(self.qkv.bias, [embedding_dim, 2 * embedding_dim])
-            query = F.linear(queries, weight_q, bias_q)  # [b, q_tokens, emb]
-            key, value = torch.split(F.linear(keys, weight_kv, bias_kv), embedding_dim, dim=-1)
+        query, key, value = self._project(queries, keys)
         # [b, q, 1, heads, hd] * [b, 1, t, heads, hd], summed over hd -> [b, q, t, heads]
         products = query.view(batch_size, q_tokens, 1, heads, head_dim) * key.view(
             batch_size, 1, tokens, heads, head_dim
@@ -177,7 +164,11 @@ class CausalSelfAttention(nn.Module):
         drop = self.dropout if self.training else 0.0
         if self.short and not drop and keys.shape[1] <= SHORT_ATTENTION_KEYS:
             return self.proj(self._few_keys(queries, keys, allowed))  # type: ignore[no-any-return]
-        query, key, value = self._project(queries, keys)
+        # 3 x [batch, tokens, emb] -> [batch, heads, tokens, head_dim]
+        query, key, value = (
+            projected.view(batch_size, projected.shape[1], self.num_heads, head_dim).transpose(1, 2)
+            for projected in self._project(queries, keys)
+        )
         if self.fused and not (drop and self.fast_dropout):
             out = F.scaled_dot_product_attention(
                 query, key, value, attn_mask=allowed, dropout_p=drop
