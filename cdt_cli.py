@@ -85,7 +85,7 @@ def _baseline_algo(args: list[str]) -> bool:
 # (torch, onnxruntime) a command does not need.
 USER_ERROR_TYPES = (
     "runtime.policy.PolicyLoadError",
-    "training.learn.checkpoint.CheckpointError",
+    "training.checkpoint.CheckpointError",
     "training.learn.config.ConfigError",
 )
 OUR_PACKAGES = ("training", "runtime", "service", "clients")

@@ -14,9 +14,9 @@ import torch
 from runtime.card import ModelCard
 from runtime.context import WINDOW_NAMES
 from tests.training.cdt_synthetic import tiny_config, write_dataset
+from training.checkpoint import load_checkpoint
 from training.export import OnnxPolicy, model_card, policy_from_checkpoint
 from training.export_cli import main
-from training.learn.checkpoint import load_checkpoint
 from training.learn.train import train
 
 REQUIRED_CARD_KEYS = {

@@ -31,6 +31,8 @@ LAYERS = {
     "pid_lagrangian": "common",
     "ledger": "common",
     "heap": "common",  # where freed memory goes; any training process may set it
+    "checkpoint": "common",  # checkpoint files: atomic writes, weights-only loading
+    "interrupt": "common",  # Ctrl-C and SIGTERM as a stop at the next step, for every trainer
     "data": "data",
     "collect": "collect",
     "learn": "learn",

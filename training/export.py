@@ -22,8 +22,8 @@ from runtime.card import write_card
 from runtime.context import WINDOW_NAMES
 from runtime.files import ONNX_FILE, staged_files, write_atomic
 from runtime.policy import OUTPUT_NAMES
+from training.checkpoint import load_checkpoint
 from training.data.windows import NormalisationStats
-from training.learn.checkpoint import load_checkpoint
 from training.learn.model import ConstrainedDecisionTransformer, ModelConfig
 from training.provenance import git_commit
 

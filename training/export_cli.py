@@ -43,7 +43,7 @@ def check_export(args: ExportArgs) -> None:
     refuse_overwrite([args.out / ONNX_FILE, args.out / CARD_FILE], args.force, hint)
 
 
-@exit_on_user_errors("cdt export", "training.learn.checkpoint.CheckpointError")
+@exit_on_user_errors("cdt export", "training.checkpoint.CheckpointError")
 def main(argv: list[str] | None = None) -> None:
     """`cdt export CHECKPOINT --out models/NAME/`."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

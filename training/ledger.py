@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training.interrupt import TrainingInterrupted
+
 DEFAULT_LEDGER = Path("reports") / "ledger.jsonl"
 
 
@@ -122,6 +124,14 @@ def record_training(
             details=device_details(device),
         )
     )
+
+
+def training_ending(error: BaseException) -> tuple[str, int | None]:
+    """How a training run that raised `error` ended, as its entry says (outcome, steps taken
+    where known): stopped by Ctrl-C or SIGTERM and resumable, or failed."""
+    if isinstance(error, TrainingInterrupted):
+        return "interrupted (resumable)", error.step
+    return f"failed: {type(error).__name__}: {error}", None
 
 
 def ledger_path() -> Path | None:

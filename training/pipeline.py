@@ -311,7 +311,7 @@ def evaluate(config: PipelineConfig) -> None:
 
 def _trained(config: PipelineConfig) -> bool:
     """Has the run reached its step total? (Its .json beside last.pt holds no step.)"""
-    from training.learn.checkpoint import load_checkpoint
+    from training.checkpoint import load_checkpoint
 
     last = config.run_dir / "last.pt"
     return last.is_file() and int(load_checkpoint(last)["step"]) >= config.steps

@@ -114,9 +114,9 @@ def main(argv: list[str] | None = None) -> None:
     check_config(config)
     check_run_dir(config)
     # Deferred on purpose: these import torch (seconds), which parsing never needs.
+    from training.checkpoint import CheckpointError
     from training.evaluation.checkpoint_scores import score_in_training
-    from training.learn.checkpoint import CheckpointError
-    from training.learn.interrupt import TrainingInterrupted
+    from training.interrupt import TrainingInterrupted
     from training.learn.probe import BudgetIgnored
     from training.learn.recorded import train_and_record
 

@@ -15,8 +15,8 @@ from tests.training.cdt_synthetic import write_dataset
 from training import pipeline
 from training.collect import collection
 from training.evaluation import calibrate as calibration
+from training.interrupt import TrainingInterrupted
 from training.learn import train as training_loop
-from training.learn.interrupt import TrainingInterrupted
 from training.ledger import read_ledger
 from training.pipeline import PipelineConfig, run_pipeline
 

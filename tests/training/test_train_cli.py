@@ -11,8 +11,8 @@ import pytest
 
 from runtime.episodes import EpisodeResult
 from tests.training.cdt_synthetic import write_dataset
+from training.checkpoint import load_checkpoint
 from training.evaluation import checkpoint_scores
-from training.learn.checkpoint import load_checkpoint
 from training.ledger import read_ledger
 from training.train_cli import main
 

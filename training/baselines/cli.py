@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     # Imported after parsing: the trainers load torch (~2 s), which --help never needs.
     from training.baselines.registry import train_and_export
     from training.baselines.resume import ProgressMismatch
-    from training.learn.interrupt import TrainingInterrupted
+    from training.interrupt import TrainingInterrupted
 
     try:
         out_dir = train_and_export(config, dataset)

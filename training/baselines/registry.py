@@ -16,9 +16,8 @@ from training.baselines.export import export_baseline
 from training.baselines.resume import PROGRESS_FILE, discard_progress
 from training.baselines.trainer import LearnerFactory, TrainedBaseline, train_with
 from training.data.dataset import OfflineDataset, load_dataset
-from training.learn.interrupt import TrainingInterrupted
-from training.learn.recorded import ending
-from training.ledger import record_training
+from training.interrupt import TrainingInterrupted
+from training.ledger import record_training, training_ending
 
 LEARNERS: dict[str, LearnerFactory] = {
     **dict.fromkeys(BC_ALGORITHMS, BCLearner),
@@ -62,8 +61,7 @@ def train_and_export(config: BaselineConfig, dataset: OfflineDataset | None = No
     try:
         trained = train_baseline(config, dataset, progress_file)
     except (Exception, TrainingInterrupted) as error:
-        if (ended := ending(error)) is not None:
-            log(*ended)
+        log(*training_ending(error))
         raise
     export_baseline(trained, dataset, out_dir)
     discard_progress(progress_file)

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from training.baselines.config import BaselineConfig
-from training.learn.checkpoint import load_checkpoint, write_checkpoint
+from training.checkpoint import load_checkpoint, write_checkpoint
 
 logger = logging.getLogger(__name__)
 

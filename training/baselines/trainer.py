@@ -33,7 +33,7 @@ from training.baselines.data import (
 from training.baselines.resume import Progress, resume_progress, write_progress
 from training.data.dataset import OfflineDataset
 from training.heap import keep_freed_memory
-from training.learn.interrupt import StopRequest, TrainingInterrupted
+from training.interrupt import StopRequest, TrainingInterrupted
 
 logger = logging.getLogger(__name__)
 

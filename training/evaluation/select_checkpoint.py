@@ -19,8 +19,8 @@ from typing import Any
 from runtime.evaluation_protocol import SELECTION_BUDGET_SCALES, BudgetRow, SelectionRule, describe
 from runtime.files import check_writable, write_atomic
 from runtime.user_errors import UserError
+from training.checkpoint import load_checkpoint, write_checkpoint
 from training.evaluation.checkpoint_scores import score_checkpoint, selection_record, verdict
-from training.learn.checkpoint import load_checkpoint, write_checkpoint
 from training.ledger import LedgerEntry, record
 
 logger = logging.getLogger(__name__)

@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-@exit_on_user_errors("cdt select", "training.learn.checkpoint.CheckpointError")
+@exit_on_user_errors("cdt select", "training.checkpoint.CheckpointError")
 def main(argv: list[str] | None = None) -> None:
     """Entry point of `cdt select`."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")

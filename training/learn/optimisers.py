@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from training.learn.config import TrainConfig
-from training.learn.model import EntropyTemperature
+from training.learn.temperature import EntropyTemperature
 
 
 def make_optimisers(

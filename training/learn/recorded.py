@@ -10,14 +10,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from training.checkpoint import CheckpointError
 from training.data.dataset import read_task
-from training.learn.checkpoint import CheckpointError
+from training.interrupt import TrainingInterrupted
 from training.learn.config import TrainConfig
-from training.learn.interrupt import TrainingInterrupted
 from training.learn.probe import BudgetIgnored
 from training.learn.state import EvaluateCheckpoint
 from training.learn.train import train
-from training.ledger import record_training
+from training.ledger import record_training, training_ending
 
 
 def train_and_record(
@@ -46,20 +46,10 @@ def train_and_record(
     try:
         path = train(config, evaluate_checkpoint=evaluate_checkpoint)
     except (Exception, TrainingInterrupted) as error:
-        if (ended := ending(error)) is not None:
-            log(*ended)
+        if isinstance(error, BudgetIgnored):
+            log(f"stopped: {error}", error.step)
+        elif not isinstance(error, CheckpointError):  # a --resume that cannot be read: no run
+            log(*training_ending(error))
         raise
     log("done", config.update_steps)
     return path
-
-
-def ending(error: BaseException) -> tuple[str, int | None] | None:
-    """How a training run that raised `error` ended, as the ledger says it (outcome, steps
-    taken where known); None where no run started (a `--resume` that cannot be read)."""
-    if isinstance(error, CheckpointError):
-        return None
-    if isinstance(error, BudgetIgnored):
-        return f"stopped: {error}", error.step
-    if isinstance(error, TrainingInterrupted):
-        return "interrupted (resumable)", error.step
-    return f"failed: {type(error).__name__}: {error}", None

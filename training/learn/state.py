@@ -14,13 +14,14 @@ import torch
 from torch.optim.swa_utils import AveragedModel
 
 from runtime.evaluation_protocol import BudgetRow
+from training.checkpoint import load_checkpoint, write_checkpoint
 from training.data.windows import Batch, NormalisationStats, WindowSampler
-from training.learn.checkpoint import load_checkpoint, write_checkpoint
 from training.learn.config import TrainConfig
 from training.learn.distributed import DistributedContext, gather_states
 from training.learn.flat_parameters import FlatParameters, flat_optimizer_state
 from training.learn.metrics import ScalarLog
-from training.learn.model import ConstrainedDecisionTransformer, EntropyTemperature
+from training.learn.model import ConstrainedDecisionTransformer
+from training.learn.temperature import EntropyTemperature
 
 
 @dataclass

@@ -35,6 +35,7 @@ from training.data.windows import (
     describe_coverage,
     window_coverage,
 )
+from training.interrupt import StopRequest, TrainingInterrupted
 from training.learn.config import TrainConfig
 from training.learn.distributed import (
     average_gradients,
@@ -44,7 +45,6 @@ from training.learn.distributed import (
     shutdown_distributed,
 )
 from training.learn.flat_parameters import FlatParameters
-from training.learn.interrupt import StopRequest, TrainingInterrupted
 from training.learn.losses import LossTerms, policy_loss
 from training.learn.metrics import ScalarLog
 from training.learn.model import ConstrainedDecisionTransformer, ModelConfig

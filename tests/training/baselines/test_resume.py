@@ -15,7 +15,7 @@ from training.baselines.config import BaselineConfig
 from training.baselines.registry import LEARNERS, train_and_export, train_baseline
 from training.baselines.resume import PROGRESS_FILE, ProgressMismatch, learner_state
 from training.data.dataset import OfflineDataset
-from training.learn.interrupt import TrainingInterrupted
+from training.interrupt import TrainingInterrupted
 from training.ledger import read_ledger
 
 

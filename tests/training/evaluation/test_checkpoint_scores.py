@@ -17,11 +17,11 @@ from runtime.policy import Policy
 from service.config import Settings
 from service.main import create_app
 from tests.runtime.toy_env import ToyEnv, toy_env_factory
+from training.checkpoint import load_checkpoint
 from training.data.windows import NormalisationStats
 from training.evaluation.checkpoint_scores import for_data, torch_episode_policy
 from training.evaluation.evaluate import onnx_episode_policy
 from training.export import policy_from_checkpoint
-from training.learn.checkpoint import load_checkpoint
 
 
 def recorded(

@@ -13,10 +13,10 @@ import pytest
 from runtime.episodes import EpisodeResult, EpisodeSpec
 from runtime.evaluation_protocol import SelectionRule
 from runtime.user_errors import UserError
+from training.checkpoint import load_checkpoint
 from training.evaluation import checkpoint_scores
 from training.evaluation.select_checkpoint import select_best
 from training.export import policy_from_checkpoint
-from training.learn.checkpoint import load_checkpoint
 
 
 def fake_evaluate(

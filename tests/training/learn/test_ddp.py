@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.training.cdt_synthetic import write_dataset
-from training.learn.checkpoint import load_checkpoint
+from training.checkpoint import load_checkpoint
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
 

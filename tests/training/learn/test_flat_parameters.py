@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from tests.training.cdt_synthetic import tiny_config, write_dataset
-from training.learn.checkpoint import load_checkpoint
+from training.checkpoint import load_checkpoint
 from training.learn.flat_parameters import FlatParameters, flat_optimizer_state
 from training.learn.train import train
 

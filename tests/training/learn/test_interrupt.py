@@ -1,4 +1,4 @@
-"""Ctrl-C during training: a consistent last.pt, then an exact resume (learn/interrupt.py)."""
+"""Ctrl-C during training: a consistent last.pt, then an exact resume (interrupt.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import torch
 
 import training.learn.train as train_module
 from tests.training.cdt_synthetic import tiny_config, write_dataset
-from training.learn.checkpoint import load_checkpoint
-from training.learn.interrupt import StopRequest, TrainingInterrupted
+from training.checkpoint import load_checkpoint
+from training.interrupt import StopRequest, TrainingInterrupted
 from training.learn.train import train
 from training.train_cli import main
 

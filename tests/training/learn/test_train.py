@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.training.cdt_synthetic import tiny_config, write_dataset
-from training.learn.checkpoint import load_checkpoint
+from training.checkpoint import load_checkpoint
 from training.learn.config import PRESETS, TrainConfig, parse_config
 from training.learn.state import CheckpointScore, TrainState
 from training.learn.train import cpu_has_native_bf16, train

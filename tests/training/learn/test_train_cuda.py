@@ -15,8 +15,8 @@ import torch
 from runtime.context import WINDOW_NAMES
 from tests.test_export_parity import random_windows
 from tests.training.cdt_synthetic import tiny_config, write_dataset
+from training.checkpoint import load_checkpoint
 from training.export import export_checkpoint, policy_from_checkpoint
-from training.learn.checkpoint import load_checkpoint
 from training.learn.train import prepare_training, train, train_step
 
 pytestmark = [
