@@ -142,7 +142,8 @@ class CausalSelfAttention(nn.Module):
         batch_size, q_tokens, embedding_dim = queries.shape
         tokens, heads = keys.shape[1], self.num_heads
         head_dim = embedding_dim // heads
-        query, key, value = self._project(queries, keys)
+        # fp32 products and sums, as the attention kernels accumulate (no-op without autocast)
+        query, key, value = (projected.float() for projected in self._project(queries, keys))
         # [b, q, 1, heads, hd] * [b, 1, t, heads, hd], summed over hd -> [b, q, t, heads]
         products = query.view(batch_size, q_tokens, 1, heads, head_dim) * key.view(
             batch_size, 1, tokens, heads, head_dim

@@ -155,6 +155,15 @@ def test_short_attention_agrees_with_the_kernel_at_context_one(cost_prediction: 
         torch.testing.assert_close(short_grad, kernel_grad, atol=1e-6, rtol=1e-4)
 
 
+def test_short_attention_under_bf16_autocast_stays_near_fp32():
+    inputs = {name: value[:, -1:] for name, value in make_inputs(pads=(0, 0, 0)).items()}
+    model = make_model(seq_len=1)
+    exact = model(**inputs).action_mean
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        rounded = model(**inputs).action_mean
+    torch.testing.assert_close(rounded.float(), exact, atol=3e-2, rtol=0)
+
+
 def test_cost_transform_is_applied_to_costs_to_go():
     inputs = make_inputs()
     transformed = make_model(cost_to_go_offset=50.0)(**inputs).action_mean
