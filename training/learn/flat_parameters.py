@@ -1,9 +1,9 @@
 """A module's parameters as views of one flat buffer, and their gradients as views of another.
 
-Why: on a CPU, AdamW (no fused kernel there), gradient clipping and the weight average each run
-one small op per parameter tensor. At the `cpu-budget` size (~116k parameters in ~40 tensors)
-that was a tenth of a training step on a 2-core Zen 4 (docs/decisions/training-speed.md). With
-every parameter a view of one buffer, each of the three is a handful of ops on one tensor. The
+Why: on a CPU, gradient clipping and the weight average (and AdamW, before it ran fused there)
+run one small op per parameter tensor. At the `cpu-budget` size (~116k parameters in ~40
+tensors) that was a tenth of a training step on a 2-core Zen 4 (docs/decisions/training-speed.md).
+With every parameter a view of one buffer, each is a handful of ops on one tensor. The
 arithmetic is the same: AdamW and the average are elementwise, the clipping norm is one norm.
 """
 
