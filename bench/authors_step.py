@@ -334,20 +334,12 @@ def our_config(dataset: Path, out_dir: Path, threads: int, recipe: str) -> Train
     """TrainConfig as bench/train_throughput.py's main() builds it, at the paper's dropout, with
     the authors' cost-prediction loss (weight 0.02) on, so that both sides train the same heads;
     or the `cpu-budget` preset as `cdt train` runs it."""
-    from training.learn.config import PRESETS, TrainConfig
+    from bench.train_throughput import bench_config
 
+    config = bench_config(recipe, dataset, out_dir, threads)
     if recipe == "cpu-budget":
-        return dataclasses.replace(
-            PRESETS["cpu-budget"], dataset=dataset, out_dir=out_dir, run_name="bench",
-            tensorboard=False, eval_every=0, fail_fast_step=0, update_steps=0,
-            num_threads=threads, device="cpu",
-        )  # fmt: skip
-    return TrainConfig(
-        dataset=dataset, out_dir=out_dir, run_name="bench", dropout=0.1,
-        cost_prediction_weight=0.02,
-        embedding_dim=128, num_layers=3, num_heads=8,
-        tensorboard=False, eval_every=0, update_steps=0, num_threads=threads, device="cpu",
-    )  # fmt: skip
+        return config
+    return dataclasses.replace(config, cost_prediction_weight=0.02)
 
 
 def our_side(config: TrainConfig, batch_size: int) -> tuple[Side, list[torch.Tensor]]:

@@ -208,18 +208,23 @@ def print_loss_curve(base: TrainConfig, steps: int, bf16: bool) -> None:
 
 
 def bench_config(
-    recipe: str, dataset: Path, workdir: Path, args: argparse.Namespace
+    recipe: str,
+    dataset: Path,
+    workdir: Path,
+    threads: int,
+    device: str = "cpu",
+    dropout: float = 0.1,
 ) -> TrainConfig:
-    """The paper architecture at --dropout, or the `cpu-budget` preset as `cdt train` runs it."""
+    """The paper architecture (3 x 128 x 8, K = 10) at `dropout`, or the `cpu-budget` preset as
+    `cdt train` runs it; a run that only takes the steps the benches time (no evaluation)."""
     model = (
         PRESETS["cpu-budget"]
         if recipe == "cpu-budget"
-        else TrainConfig(dropout=args.dropout, embedding_dim=128, num_layers=3, num_heads=8)
+        else TrainConfig(dropout=dropout, embedding_dim=128, num_layers=3, num_heads=8)
     )
     return dataclasses.replace(
         model, dataset=dataset, out_dir=workdir, run_name="bench", tensorboard=False,
-        eval_every=0, fail_fast_step=0, update_steps=0, num_threads=args.threads,
-        device=args.device,
+        eval_every=0, fail_fast_step=0, update_steps=0, num_threads=threads, device=device,
     )  # fmt: skip
 
 
@@ -248,7 +253,7 @@ def main() -> None:
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="cdt-bench-"))
     dataset = args.dataset or synthetic_dataset(workdir / "synthetic.hdf5")
-    base = bench_config(args.recipe, dataset, workdir, args)
+    base = bench_config(args.recipe, dataset, workdir, args.threads, args.device, args.dropout)
     extra = [name for name in ("bf16", "compile") if getattr(args, name)]
     print(
         f"model {base.num_layers}x{base.embedding_dim}x{base.num_heads}, K={base.seq_len}, "
