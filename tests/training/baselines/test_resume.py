@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,14 +20,12 @@ from training.ledger import read_ledger
 
 
 @pytest.fixture
-def stop_at_update() -> Iterator[Callable[[str, int], None]]:
+def stop_at_update(monkeypatch: pytest.MonkeyPatch) -> Callable[[str, int], None]:
     """`stop_at_update(algo, n)`: SIGTERM this process during the algorithm's n-th update."""
-    patched: list[tuple[type, Callable[..., object]]] = []
 
     def arm(algo: str, n: int) -> None:
         learner_class = LEARNERS[algo]
-        assert isinstance(learner_class, type)
-        original = learner_class.update
+        original = learner_class.update  # type: ignore[attr-defined]
         calls = iter(range(1, n + 1))
 
         def update(self: object, batch: object) -> object:
@@ -36,12 +34,9 @@ def stop_at_update() -> Iterator[Callable[[str, int], None]]:
                 os.kill(os.getpid(), signal.SIGTERM)
             return stats
 
-        patched.append((learner_class, original))
-        learner_class.update = update  # type: ignore[method-assign]
+        monkeypatch.setattr(learner_class, "update", update)
 
-    yield arm
-    for learner_class, original in patched:
-        learner_class.update = original  # type: ignore[method-assign]
+    return arm
 
 
 def _same_state(first: torch.nn.Module, second: torch.nn.Module) -> None:
@@ -113,6 +108,6 @@ def test_progress_from_other_settings_is_refused_not_mixed(
 
 def test_state_a_learner_cannot_save_is_an_error_not_a_silent_loss() -> None:
     learner = torch.nn.Linear(2, 2)
-    learner.seen = {1, 2}  # a set: not a value, tensor, dict or object with fields
+    learner.seen = {1, 2}  # type: ignore[assignment]  # a set: no value, tensor, dict or fields
     with pytest.raises(TypeError, match="set"):
         learner_state(learner)
