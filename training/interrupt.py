@@ -1,8 +1,9 @@
 """Ctrl-C and SIGTERM as a request to stop training at the next step boundary.
 
 A signal that lands inside a gradient step would leave weights, optimiser and step counter out of
-step with one another; deferring it lets the loop write a consistent `last.pt` that `--resume`
-continues exactly. A second signal acts at once (the previous handler is restored on the first).
+step with one another; deferring it lets the loop write a consistent checkpoint (CDT's `last.pt`,
+which `--resume` continues; a baseline's `progress.pt`, which the same command continues) exactly.
+A second signal acts at once (the previous handler is restored on the first).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ class StopRequest:
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Raised once a stopped run's `last.pt` holds the step it stopped at."""
+    """Raised once a stopped run's checkpoint holds the step it stopped at; `hint` says how to
+    continue (default: `--resume` with that checkpoint)."""
 
     def __init__(self, checkpoint: Path, step: int, hint: str | None = None) -> None:
         super().__init__(
