@@ -33,6 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "choose an exported policy's cost-token guidance (simulator)",
     ),
     "guard": ("training.guard_cli", "show or set a model card's own budget guard"),
+    "critic": ("training.critic_cli", "train a model's cost critic, the budget guard's shield"),
     "evaluate": ("training.evaluation.evaluate", "evaluate an exported policy in the simulator"),
     "sweeps": (
         "training.evaluation.sweeps",

@@ -32,6 +32,7 @@ from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec, run_epis
 from runtime.evaluation_protocol import action_mode, target_reward_for
 from runtime.policy import Policy
 from runtime.scores import normalised_reward
+from training.evaluation.evaluate import onnx_episode_policy
 
 FALLBACK_ONLY = {"mean_action_pace": 0.0, "full_noise_pace": 0.0, "hidden_reserve": 0.0}
 ALTERNATIVES: dict[str, dict[str, Any] | None] = {
@@ -56,17 +57,6 @@ def parse_alternative(text: str) -> tuple[str, dict[str, Any] | None]:
             raise argparse.ArgumentTypeError(f"unknown alternative {name!r}: {list(ALTERNATIVES)}")
         return name, ALTERNATIVES[name]
     return name, dict(json.loads(fields))
-
-
-def episode_policy(policy: Policy) -> EpisodePolicy:
-    """The exported model as the loop runs it (as `cdt evaluate` does)."""
-    card = policy.card
-    return EpisodePolicy(
-        predict=policy.predict, context_len=card.context_len, action_dim=card.action_dim,
-        action_low=card.action_low, action_high=card.action_high,
-        cost_input_scale=card.cost_input_scale, budget_guard=card.guard,
-        max_episode_len=card.max_episode_len,
-    )  # fmt: skip
 
 
 def row(results: list[EpisodeResult], limit: float, reward_range: tuple[float, float]) -> str:
@@ -94,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     policy = Policy.load(args.models_dir / args.model)
-    card, base = policy.card, episode_policy(policy)
+    card, base = policy.card, onnx_episode_policy(policy)
     reward_range = card.reward_return_range or (0.0, 1.0)
     header = "| budget | actions | alternative | over | cost | p90 cost | reward | guarded steps |"
     print(f"{args.model}\n{header}\n|---|---|---|---|---|---|---|---|")

@@ -12,7 +12,10 @@ more the episode cannot go over any more, and the guard stands aside. Below that
   to `mean_action_pace`;
 - `mean_action`: at or below `mean_action_pace`, the Gaussian's mean, no noise;
 - `fallback`: at or below `fallback_margin` of budget left, the card's fallback, by default the
-  CDT itself told no cost is left (cost-to-go 0 in its window), with the mean action.
+  CDT itself told no cost is left (cost-to-go 0 in its window), with the mean action;
+- `shield`: at or below `shield_margin` of budget left, a card with a cost critic
+  (`runtime.cost_critic`) has it check the action chosen above, and replaces an action whose
+  predicted cost is above `shield_risk` by the least costly of fixed candidates.
 
 It is a pure function of those, so it follows a budget changed mid-episode at once and needs no
 state beyond its counts. The service (`service.inference.PendingAction`) and the offline episode
@@ -23,7 +26,7 @@ offline is what is served. The figures that chose the defaults: docs/decisions/b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Literal, Self
 
@@ -37,6 +40,7 @@ class GuardAction(StrEnum):
     LESS_NOISE = "less_noise"
     MEAN_ACTION = "mean_action"
     FALLBACK = "fallback"
+    SHIELD = "shield"
 
 
 GUARD_ACTIONS = tuple(GuardAction)
@@ -55,6 +59,9 @@ class GuardDecision:
     cost_left_fed: float | None = None
     """The cost budget left the model is told (0: the `zero_cost_to_go` fallback); None: the
     episode's own."""
+    shield_risk: float | None = None
+    """Ask the card's cost critic about the chosen action and replace it when its predicted cost
+    is above this (`runtime.cost_critic`); None: no shield this step."""
 
 
 UNGUARDED = GuardDecision(GuardAction.NONE)
@@ -95,6 +102,11 @@ class BudgetGuard(BaseModel):
     early_scale: float = Field(default=1.0, gt=0, le=1)
     """Pacing: at the episode's start the model is told this share of the budget left, rising
     linearly to all of it at the episode's end, so it keeps budget for a later cut."""
+    shield_margin: float = Field(default=0.0, ge=0)
+    """Budget left at or below which the card's cost critic checks every action while the
+    episode could still go over (0: no shield; a card needs a cost critic to set it)."""
+    shield_risk: float = Field(default=2.0, ge=0)
+    """The critic's predicted discounted cost above which the shield replaces an action."""
 
     @model_validator(mode="after")
     def _check_paces(self) -> Self:
@@ -134,6 +146,20 @@ class BudgetGuard(BaseModel):
         pace = self.pace(remaining_cost, steps_left)
         if self.max_step_cost > 0 and pace >= 1.0:
             return UNGUARDED  # even a costly step each step to the end stays within budget
+        decision = self._throttle(remaining_cost, steps_left, deterministic, episode_len, pace)
+        if 0 < self.shield_margin and remaining_cost <= self.shield_margin:
+            return replace(decision, shield_risk=self.shield_risk)
+        return decision
+
+    def _throttle(
+        self,
+        remaining_cost: float,
+        steps_left: int,
+        deterministic: bool,
+        episode_len: int,
+        pace: float,
+    ) -> GuardDecision:
+        """The noise, told budget and fallback of a step that could still go over."""
         if remaining_cost <= self.reserve(steps_left):
             return GuardDecision(GuardAction.FALLBACK, noise_scale=0.0, cost_left_fed=0.0)
         told = self.told(remaining_cost, steps_left, episode_len)
@@ -156,11 +182,12 @@ class GuardTally:
     less_noise: int = 0
     mean_action: int = 0
     fallback: int = 0
+    shield: int = 0
 
     @property
     def guarded_steps(self) -> int:
         """Steps whose action the guard changed."""
-        return self.less_noise + self.mean_action + self.fallback
+        return self.less_noise + self.mean_action + self.fallback + self.shield
 
     def counts(self) -> dict[str, int]:
         """Steps by action, for every action that counts as guarded."""

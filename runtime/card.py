@@ -84,6 +84,22 @@ class CostGuidance(BaseModel):
     """Cost units added to the cost-to-go of the contrast pass (the largest validated budget)."""
 
 
+class CostCriticCard(BaseModel):
+    """The card's record of its cost critic (`cost_critic.onnx`, `runtime.cost_critic`), written
+    by `cdt critic`: what it was trained on and how well it predicts held-out episodes."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    discount: float = Field(gt=0, lt=1)
+    """Its target: the discounted cost that follows an action, sum_k discount^k c_{t+k}."""
+    dataset: str
+    update_steps: PositiveInt
+    validation_mse: float = Field(ge=0)
+    """Mean squared error on the held-out episodes' transitions."""
+    target_variance: float = Field(ge=0)
+    """The variance of those transitions' targets (the error of predicting their mean)."""
+
+
 class GuardFigures(BaseModel):
     """Episodes of one budget and action mode, with or without the budget guard."""
 
@@ -158,6 +174,8 @@ class ModelCard(BaseModel):
     """Guidance on the cost token, chosen by `cdt guidance` on selection seeds (absent: none)."""
     budget_guard_measured: list[GuardMeasurement] | None = None
     """Guarded against unguarded episodes, written by `bench/budget_guard.py --record`."""
+    cost_critic: CostCriticCard | None = None
+    """The cost critic beside the graph, the budget guard's shield (absent: none)."""
 
     @property
     def reward_return_range(self) -> tuple[float, float] | None:
@@ -175,6 +193,8 @@ class ModelCard(BaseModel):
             raise ValueError("action_low and action_high need action_dim entries")
         if not (np.isfinite(low).all() and np.isfinite(high).all() and (low <= high).all()):
             raise ValueError("action bounds must be finite with action_low <= action_high")
+        if self.guard.shield_margin > 0 and self.cost_critic is None:
+            raise ValueError("budget_guard.shield_margin needs a cost critic (`cdt critic`)")
         cost_range = self.validated_cost_range
         if cost_range is not None and not cost_range[0] <= cost_range[1]:
             raise ValueError("validated_cost_range must be [low, high] with low <= high")

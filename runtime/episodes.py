@@ -24,6 +24,7 @@ from runtime.budget_guard import (
     GuardTally,
 )
 from runtime.context import EpisodeContext, batch_windows, sample_action
+from runtime.cost_critic import CostCritic, shielded
 
 Windows = dict[str, npt.NDArray[Any]]
 Predict = Callable[[Windows], tuple[npt.NDArray[Any], npt.NDArray[Any]]]
@@ -48,6 +49,8 @@ class EpisodePolicy:
     """The guard's thresholds (`ModelCard.guard`); used by episodes whose spec asks for it."""
     max_episode_len: int = 0
     """The card's; the guard's steps left are counted from it (0: unknown, none left)."""
+    cost_critic: CostCritic | None = None
+    """The card's cost critic, the guard's shield (`runtime.cost_critic`); None: none."""
 
 
 @dataclass(frozen=True)
@@ -196,12 +199,14 @@ def _act(
 ) -> bool:
     """Take the episode's action as the guard decided and step its env; whether it ended."""
     context = episode.context
-    action = sample_action(
-        *outputs, context.rng, policy.action_low, policy.action_high,
-        episode.spec.deterministic, noise_scale=decision.noise_scale,
+    bounds = np.asarray(policy.action_low), np.asarray(policy.action_high)
+    sampled = sample_action(
+        *outputs, context.rng, *bounds, episode.spec.deterministic,
+        noise_scale=decision.noise_scale,
     )  # fmt: skip
+    action, acted = shielded(policy.cost_critic, context.states[-1], sampled, bounds, decision)
     context.record_action(action)
-    episode.tally = episode.tally.add(decision.action)
+    episode.tally = episode.tally.add(acted)
     observation, reward, terminated, truncated, info = episode.env.step(action.astype(np.float32))
     cost = float(info.get("cost", 0.0))
     context.advance(float(reward), cost, observation)

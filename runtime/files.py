@@ -21,6 +21,8 @@ CARD_FILE = "model.json"
 ONNX_FILE = "model.onnx"
 """An exported policy's graph. Both names live here, in a module without pydantic or
 onnxruntime, so that command-line parsers can name them and still answer `--help` fast."""
+COST_CRITIC_FILE = "cost_critic.onnx"
+"""An exported policy's optional cost critic, the budget guard's shield (`runtime.cost_critic`)."""
 
 
 def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:

@@ -21,7 +21,8 @@ import onnxruntime as ort
 from runtime.card import CardError, ModelCard
 from runtime.card import read_card as read_model_card
 from runtime.context import WINDOW_NAMES
-from runtime.files import CARD_FILE, ONNX_FILE
+from runtime.cost_critic import CostCritic, CostCriticLoadError
+from runtime.files import CARD_FILE, COST_CRITIC_FILE, ONNX_FILE
 
 OUTPUT_NAMES = ("action_mean", "action_log_std")
 INPUT_TYPES = {
@@ -49,21 +50,24 @@ def read_card(directory: Path) -> ModelCard:
 
 
 def fingerprint(directory: Path) -> str:
-    """sha256 over the card and the graph, to notice files changed without a version bump."""
+    """sha256 over the card and the graphs, to notice files changed without a version bump."""
     digest = hashlib.sha256()
-    for name in (CARD_FILE, ONNX_FILE):
-        digest.update((directory / name).read_bytes())
+    for name in (CARD_FILE, ONNX_FILE, COST_CRITIC_FILE):
+        if name != COST_CRITIC_FILE or (directory / name).is_file():
+            digest.update((directory / name).read_bytes())
     return digest.hexdigest()
 
 
 @dataclass(frozen=True)
 class Policy:
-    """One loaded model version: its card and an onnxruntime session."""
+    """One loaded model version: its card, an onnxruntime session, and its cost critic when the
+    card names one."""
 
     card: ModelCard
     session: ort.InferenceSession
     directory: Path
     fingerprint: str
+    cost_critic: CostCritic | None = None
 
     @classmethod
     def load(cls, directory: Path, *, intra_op_threads: int = 1, inter_op_threads: int = 1) -> Self:
@@ -80,8 +84,13 @@ class Policy:
             session = ort.InferenceSession(
                 str(directory / ONNX_FILE), options, providers=["CPUExecutionProvider"]
             )
-            policy = cls(card, session, directory, fingerprint(directory))
+            critic = None
+            if card.cost_critic is not None:
+                critic = CostCritic.load(directory, card.observation_dim, card.action_dim)
+            policy = cls(card, session, directory, fingerprint(directory), critic)
             policy.check_contract()
+        except CostCriticLoadError as error:
+            raise PolicyLoadError(str(error)) from error
         except PolicyLoadError:
             raise
         except Exception as error:  # onnxruntime raises its own types, all mean "broken file"

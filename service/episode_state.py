@@ -24,6 +24,7 @@ from runtime.budget_guard import (
 )
 from runtime.card import ModelCard
 from runtime.context import EpisodeContext, sample_action
+from runtime.cost_critic import CostCritic, shielded
 from service.errors import (
     InvalidInputError,
     PolicyOutputError,
@@ -161,27 +162,30 @@ def act(
     bounds: ActionBounds,
     deterministic: bool,
     *,
-    noise_scale: float = 1.0,
-) -> None:
-    """Record the action the model's outputs give for the newest step of `context`.
+    decision: GuardDecision = UNGUARDED,
+    critic: CostCritic | None = None,
+) -> GuardAction:
+    """Record the action the model's outputs give for the newest step of `context`, as the
+    budget guard decided (its noise factor, and the cost critic's shield where it asks for it);
+    what the guard did.
 
-    Consumes the context's generator unless `deterministic` (`noise_scale`: the budget guard's
-    factor on the noise); raises `PolicyOutputError` on a non-finite output (the caller's copy
-    is then dropped).
+    Consumes the context's generator unless `deterministic`; raises `PolicyOutputError` on a
+    non-finite output (the caller's copy is then dropped).
     """
     mean, log_std = outputs
     if not (np.isfinite(mean).all() and np.isfinite(log_std).all()):
         raise PolicyOutputError("the model produced a non-finite action for these inputs")
     low, high = bounds
-    action = sample_action(
-        mean, log_std, context.rng, low, high, deterministic, noise_scale=noise_scale
+    sampled = sample_action(
+        mean, log_std, context.rng, low, high, deterministic, noise_scale=decision.noise_scale
     )
+    action, acted = shielded(critic, context.states[-1], sampled, bounds, decision)
     context.record_action(action)
+    return acted
 
 
-def guarded(record: EpisodeRecord, decision: GuardDecision) -> EpisodeRecord:
+def guarded(record: EpisodeRecord, action: GuardAction) -> EpisodeRecord:
     """`record` noting what the guard did to its newest action."""
-    action = decision.action
     return replace(record, guard_action=action, guard_tally=record.guard_tally.add(action))
 
 

@@ -72,9 +72,12 @@ class PendingAction:
         """The record with the action the forward pass's outputs give, as the guard decided;
         raises `PolicyOutputError` for non-finite outputs."""
         record, decision = self.record, self.decision
-        bounds = self.policy.action_bounds
-        act(record.context, outputs, bounds, record.deterministic, noise_scale=decision.noise_scale)
-        return guarded(record, decision)
+        policy = self.policy
+        acted = act(
+            record.context, outputs, policy.action_bounds, record.deterministic,
+            decision=decision, critic=policy.cost_critic,
+        )  # fmt: skip
+        return guarded(record, acted)
 
 
 Plan = Callable[[EpisodeRecord], EpisodeRecord | PendingAction]

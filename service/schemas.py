@@ -31,7 +31,7 @@ ModelName = Annotated[
 ]
 EpisodeId = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 RequestId = Annotated[str, Field(min_length=1, max_length=128)]
-GuardActionName = Literal["none", "less_noise", "mean_action", "fallback"]
+GuardActionName = Literal["none", "less_noise", "mean_action", "fallback", "shield"]
 """What the budget guard did to one action (`runtime.budget_guard.GuardAction`'s values)."""
 
 

@@ -40,6 +40,8 @@ LAYERS = {
     "export_cli": "export",  # `cdt export`'s arguments, parsed before the exporter loads torch
     "card_update": "export",  # writes measured results into the exported model card
     "guard_cli": "export",  # writes the budget guard into the exported model card
+    "cost_critic": "export",  # the cost critic: fit on the dataset, exported beside a model
+    "critic_cli": "export",  # `cdt critic`: writes the critic and its record into a model
     "baselines": "baselines",
     "evaluation": "evaluation",
     "pipeline": "orchestration",

@@ -25,15 +25,17 @@ from runtime.context import EpisodeContext, restore_rng
 from service.episode_state import EpisodeRecord
 from service.errors import RecordFormatError
 
-RECORD_FORMAT = 2
+RECORD_FORMAT = 3
 """Version of `encode_record`; bump it whenever its layout (or the context's) changes."""
-_RECORD = struct.Struct("<B?QQdd?BIII")
+_RECORD = struct.Struct("<B?QQdd?BIIII")
 """format, deterministic, seed, revision, created_at, updated_at; budget_guard, the newest
 guard action (its index in `GUARD_ACTIONS`), guarded steps with less noise, with the mean
-action, with the fallback. Little-endian."""
+action, with the fallback, by the shield. Little-endian."""
+_RECORD_V2 = struct.Struct("<B?QQdd?BIII")
+"""Format 2: format 3 without the shield's count."""
 _RECORD_V1 = struct.Struct("<B?QQdd")
 """Format 1: format, deterministic, seed, revision, created_at, updated_at."""
-_READABLE = {RECORD_FORMAT: _RECORD, 1: _RECORD_V1}
+_READABLE = {RECORD_FORMAT: _RECORD, 2: _RECORD_V2, 1: _RECORD_V1}
 """The record formats this release reads, with their fixed fields."""
 _LENGTH = struct.Struct("<H")
 """Byte length of each string field (ids, names and digests are far shorter than 64 KiB)."""
@@ -59,7 +61,7 @@ def encode_record(record: EpisodeRecord) -> bytes:
         *(RECORD_FORMAT, record.deterministic, record.seed, record.revision),
         *(record.created_at, record.updated_at),
         *(record.budget_guard, GUARD_ACTIONS.index(record.guard_action)),
-        *(tally.less_noise, tally.mean_action, tally.fallback),
+        *(tally.less_noise, tally.mean_action, tally.fallback, tally.shield),
     )
     texts = (record.episode_id, record.model, record.model_version, record.owner)
     encoded = [text.encode() for text in texts]
@@ -74,7 +76,8 @@ def decode_record(data: bytes) -> EpisodeRecord:
     if layout is None:
         raise RecordFormatError(
             f"episode record in format {data[0] if data else 'none'}; this replica reads "
-            f"formats {RECORD_FORMAT} and 1 (do replicas of different versions share the store?)"
+            f"formats {sorted(_READABLE, reverse=True)} (do replicas of different versions "
+            "share the store?)"
         )
     try:
         _, deterministic, seed, revision, created_at, updated_at, *guard = layout.unpack_from(data)

@@ -120,7 +120,7 @@ def test_tally_counts_guarded_steps_by_action() -> None:
         tally = tally.add(action)
     tally = tally.add(GuardAction.FALLBACK)
     assert tally.guarded_steps == 3
-    assert tally.counts() == {"less_noise": 1, "mean_action": 0, "fallback": 2}
+    assert tally.counts() == {"less_noise": 1, "mean_action": 0, "fallback": 2, "shield": 0}
 
 
 def test_window_told_no_cost_left_is_the_window_of_a_budget_set_to_zero() -> None:

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 
 from service.config import Settings
 from service.main import create_app
+from tests.runtime.toy_critic import write_test_critic
 
 OBSERVATION = [0.1, -0.2, 0.3]
 START = {
@@ -79,7 +80,7 @@ def test_guard_is_on_by_default_and_each_answer_says_what_it_did(
     summary = guarded_client.delete(f"/v1/episodes/{episode_id}").json()
     assert summary["guarded_steps"] == 4 and summary["budget_guard"]
     assert summary["guarded_steps_by_action"] == {
-        "less_noise": 1, "mean_action": 1, "fallback": 2,
+        "less_noise": 1, "mean_action": 1, "fallback": 2, "shield": 0,
     }  # fmt: skip
     assert summary["target_cost"] == 10.0 and not summary["over_budget"]
 
@@ -174,6 +175,29 @@ def test_stream_start_takes_budget_guard_and_its_end_counts_guarded_steps(
         ws.send_json({"type": "end", "episode_id": guarded["episode_id"]})
         ended = ws.receive_json()
     assert ended["type"] == "ended" and ended["guarded_steps"] == 1
+
+
+def test_shield_replaces_what_its_critic_calls_costly_and_is_counted(settings: Settings) -> None:
+    directory = settings.models_dir / "toy"
+    write_test_critic(directory, observation_dim=3, action_dim=2, bias=2.0)  # safe: a_0 < -0.4
+    path = directory / "model.json"
+    critic = {
+        "discount": 0.9, "dataset": "toy.hdf5", "update_steps": 10, "validation_mse": 0.1,
+        "target_variance": 1.0,
+    }  # fmt: skip
+    shield = {"shield_margin": 8.0, "shield_risk": 1.0, "fallback_margin": 0.0}
+    path.write_text(
+        json.dumps(json.loads(path.read_text()) | {"budget_guard": shield, "cost_critic": critic})
+    )
+    with TestClient(create_app(settings)) as client:
+        started = client.post("/v1/episodes", json=START).json()  # 10 left: not yet
+        answer = step(client, started["episode_id"], 3.0, 1)  # 7 left: the shield checks
+        assert started["guard_action"] == "mean_action" and answer["guard_action"] == "shield"
+        assert -0.7 < answer["action"][0] < -0.4  # the nearest the critic calls safe
+        summary = client.delete(f"/v1/episodes/{started['episode_id']}").json()
+        assert summary["guarded_steps_by_action"]["shield"] == 1
+        text = client.get("/metrics").text
+    assert 'cdt_budget_guard_steps_total{action="shield",model="toy"} 1.0' in text
 
 
 def test_metrics_count_ended_episodes_over_budget_their_cost_ratio_and_guarded_steps(

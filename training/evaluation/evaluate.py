@@ -78,6 +78,7 @@ def onnx_episode_policy(policy: Policy) -> EpisodePolicy:
         cost_input_scale=card.cost_input_scale,
         budget_guard=card.guard,
         max_episode_len=card.max_episode_len,
+        cost_critic=policy.cost_critic,
     )
 
 

@@ -2,7 +2,7 @@
 
 `GOLDEN` (format 1) was written by the release before the codec moved here, and before the
 budget guard: records already in Redis must still decode. `GOLDEN_V2` pins format 2, which adds
-the guard's flag, newest action and counts.
+the guard's flag, newest action and counts; format 3 adds the shield's count.
 """
 
 from __future__ import annotations
@@ -123,16 +123,25 @@ def test_golden_record_of_format_1_decodes_with_the_guard_on_and_nothing_counted
     assert restored.guard_tally == GuardTally()
     assert_same_context(restored.context, expected.context)
     rewritten = encode_record(restored)  # written back in this release's format
-    assert rewritten[0] == RECORD_FORMAT == 2 and rewritten[1:34] == GOLDEN[1:34]
+    assert rewritten[0] == RECORD_FORMAT == 3 and rewritten[1:34] == GOLDEN[1:34]
     assert replace(decode_record(rewritten), context=expected.context) == expected
 
 
-def test_golden_record_of_format_2_decodes_and_encodes_identically() -> None:
+def test_golden_record_of_format_2_decodes_and_is_written_back_with_no_shield_steps() -> None:
     expected = guarded_golden_record()
     restored = decode_record(GOLDEN_V2)
     assert replace(restored, context=expected.context) == expected
     assert_same_context(restored.context, expected.context)
-    assert encode_record(expected) == GOLDEN_V2 and encode_record(restored) == GOLDEN_V2
+    fixed = 48  # format 2's fixed fields; format 3 adds the shield's 4-byte count after them
+    format_3 = bytes([3]) + GOLDEN_V2[1:fixed] + bytes(4) + GOLDEN_V2[fixed:]
+    assert encode_record(expected) == format_3 and encode_record(restored) == format_3
+
+
+def test_record_keeps_the_shields_count() -> None:
+    record = replace(guarded_golden_record(), guard_tally=GuardTally(fallback=1, shield=7))
+    restored = decode_record(encode_record(replace(record, guard_action=GuardAction.SHIELD)))
+    assert restored.guard_tally == GuardTally(fallback=1, shield=7)
+    assert restored.guard_action is GuardAction.SHIELD
 
 
 def test_decode_record_refuses_an_unknown_guard_action() -> None:

@@ -1,0 +1,112 @@
+"""`cdt critic MODEL_DIR`: train a model's cost critic, the budget guard's shield, and write it
+beside the model (`cost_critic.onnx`) with its record in the card (`cost_critic`).
+
+The critic learns from the model's own training dataset by default (the card's `dataset.path`,
+relative to the current folder). The arguments are parsed and checked here, apart from the
+trainer (`cost_critic.py`), so that `--help` and a mistake answer before torch loads (~2 s).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from argparse import ArgumentTypeError
+from pathlib import Path
+
+from runtime.arguments import CommandParser, non_negative_int, positive_int
+from runtime.card import CostCriticCard, ModelCard, read_card, update_card
+from runtime.files import CARD_FILE, COST_CRITIC_FILE, check_writable
+from runtime.user_errors import UserError, exit_on_user_errors
+
+
+def discount(text: str) -> float:
+    """A discount: a number in (0, 1)."""
+    value = float(text)
+    if not 0 < value < 1:  # NaN fails too
+        raise ArgumentTypeError(f"must lie in (0, 1), got {text}")
+    return value
+
+
+def dataset_path(card: ModelCard, model_dir: Path, given: Path | None) -> Path:
+    """The dataset to learn from: `given`, else the card's; a `UserError` when there is none."""
+    path = given
+    if path is None:
+        recorded = (card.dataset or {}).get("path")
+        if not isinstance(recorded, str) or not recorded:
+            raise UserError(f"{model_dir / CARD_FILE}: names no dataset path; pass --dataset PATH")
+        path = Path(recorded)
+    if not path.is_file():
+        where = "--dataset" if given is not None else f"{model_dir / CARD_FILE}'s dataset"
+        raise UserError(f"{where}: no such file: {path} (pass --dataset PATH)")
+    return path
+
+
+def _parser() -> CommandParser:
+    parser = CommandParser(
+        prog="cdt critic",
+        description="Train an exported model's cost critic (the budget guard's shield): it "
+        "predicts the discounted cost that follows an action, and is written beside the model.",
+    )
+    parser.add_argument("model_dir", type=Path, help=f"exported policy folder (its {CARD_FILE})")
+    parser.add_argument(
+        "--dataset", type=Path, help="DSRL HDF5 file to learn from (default: the card's dataset)"
+    )
+    parser.add_argument(
+        "--discount", type=discount, default=0.9, help="weight per step of later costs, in (0, 1)"
+    )
+    parser.add_argument("--steps", type=positive_int, default=20_000, help="update steps")
+    parser.add_argument("--batch-size", type=positive_int, default=1024, help="transitions/step")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="numpy and torch seed")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads")
+    return parser
+
+
+@exit_on_user_errors("cdt critic")
+def main(argv: list[str] | None = None) -> None:
+    """`cdt critic MODEL_DIR [--dataset PATH] [--discount D] [--steps N] ...`."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = _parser().parse_args(argv)
+    card = read_card(args.model_dir)  # a missing or broken card: one line
+    dataset = dataset_path(card, args.model_dir, args.dataset)
+    check_writable(args.model_dir / COST_CRITIC_FILE)
+    check_writable(args.model_dir / CARD_FILE)
+    # Imported after the checks: torch and onnx load in seconds, which a mistake never needs.
+    from training.cost_critic import CriticConfig, export_cost_critic, train_cost_critic
+    from training.data.dataset import load_dataset
+    from training.export import quiet_exporter_logs
+
+    episodes = load_dataset(dataset).episodes
+    dims = (episodes[0].observations.shape[1], episodes[0].actions.shape[1])
+    if dims != (card.observation_dim, card.action_dim):
+        raise UserError(
+            f"{dataset}: observation and action dims {dims}, the model's are "
+            f"{(card.observation_dim, card.action_dim)}"
+        )
+    config = CriticConfig(
+        discount=args.discount,
+        update_steps=args.steps,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        threads=args.threads,
+    )
+    started = time.perf_counter()
+    result = train_cost_critic(episodes, config)
+    quiet_exporter_logs()
+    path = export_cost_critic(result.critic, args.model_dir / COST_CRITIC_FILE)
+    record = CostCriticCard(
+        discount=config.discount,
+        dataset=str(dataset),
+        update_steps=config.update_steps,
+        validation_mse=result.validation_mse,
+        target_variance=result.target_variance,
+    )
+    update_card(args.model_dir, cost_critic=record.model_dump())  # after the graph: it names it
+    print(
+        f"cost critic: validation MSE {result.validation_mse:.4g} vs target variance "
+        f"{result.target_variance:.4g} on {result.validation_episodes} held-out episodes "
+        f"({time.perf_counter() - started:.0f} s); wrote {path} and {args.model_dir / CARD_FILE}"
+    )
+
+
+if __name__ == "__main__":
+    main()
