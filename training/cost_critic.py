@@ -9,7 +9,6 @@ critic_cli.py). Held-out episodes measure it.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,16 +16,14 @@ from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
-import onnx
 import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
 from runtime.cost_critic import INPUT_NAMES, OUTPUT_NAME
-from runtime.files import write_atomic
 from training.data.dataset import DatasetError, Episode
-from training.export import ONNX_OPSET
+from training.export import ONNX_OPSET, export_graph
 
 HIDDEN = 256
 LEARNING_RATE = 1e-3
@@ -205,32 +202,8 @@ def train_cost_critic(episodes: Sequence[Episode], config: CriticConfig) -> Crit
 
 
 def export_cost_critic(critic: CostCriticNetwork, path: Path, opset: int = ONNX_OPSET) -> Path:
-    """Export with a dynamic batch axis (runtime.cost_critic's contract), check the graph, and
-    write it atomically; returns `path`."""
+    """Export as runtime.cost_critic's contract says (a dynamic batch axis), check the graph,
+    and write it atomically; returns `path`."""
     critic.eval()
-    batch = torch.export.Dim("batch", min=1, max=65536)
     example = (torch.zeros(2, critic.observation_dim), torch.zeros(2, critic.action_dim))
-    with warnings.catch_warnings():
-        # Both inputs share the one batch Dim, and the exporter says so once per input.
-        warnings.filterwarnings("ignore", message=".*axis name: batch will not be used")
-        # torch's own exporter internals use a pytree API that torch itself deprecates.
-        warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-        program = torch.onnx.export(
-            critic,
-            example,
-            input_names=list(INPUT_NAMES),
-            output_names=[OUTPUT_NAME],
-            opset_version=opset,
-            dynamic_shapes={name: {0: batch} for name in INPUT_NAMES},
-            dynamo=True,
-            external_data=False,
-            verbose=False,
-        )
-    if program is None:
-        raise RuntimeError("torch.onnx.export returned no program")
-
-    def write(temporary: Path) -> None:
-        program.save(str(temporary))
-        onnx.checker.check_model(str(temporary), full_check=True)  # refuse a bad graph unwritten
-
-    return write_atomic(path, write)
+    return export_graph(critic, example, (INPUT_NAMES, (OUTPUT_NAME,)), path, opset)

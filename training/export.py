@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -130,30 +131,38 @@ def example_inputs(policy: OnnxPolicy, batch_size: int = 2) -> tuple[torch.Tenso
     )
 
 
-def _export_program(policy: OnnxPolicy, dynamic_shapes: dict[str, Any], opset: int) -> Any:
-    return torch.onnx.export(
-        policy,
-        example_inputs(policy),
-        input_names=list(WINDOW_NAMES),  # the contract's names, from runtime/ (docs/ARTIFACT.md)
-        output_names=list(OUTPUT_NAMES),
-        opset_version=opset,
-        dynamic_shapes=dynamic_shapes,
-        dynamo=True,
-        external_data=False,
-        verbose=False,
-    )
+def export_graph(
+    module: nn.Module,
+    example: tuple[torch.Tensor, ...],
+    names: tuple[Sequence[str], Sequence[str]],
+    path: Path,
+    opset: int = ONNX_OPSET,
+) -> Path:
+    """Export `module` with a dynamic batch axis on every input (the example's other axes stay
+    fixed), check the graph, and write it atomically; returns `path`.
 
-
-def export_onnx(policy: OnnxPolicy, path: Path, opset: int = ONNX_OPSET) -> Path:
-    """Export with a dynamic batch axis (fixed K), check the graph, write it atomically."""
+    Args:
+        example: one tensor per input, with a batch axis first, to trace the graph.
+        names: (input names, output names) as the graph's contract spells them.
+    """
+    input_names, output_names = names
     batch = torch.export.Dim("batch", min=1, max=65536)
-    dynamic_shapes = {name: {0: batch} for name in WINDOW_NAMES}
     with warnings.catch_warnings():
         # Every input shares the one batch Dim, and the exporter says so once per input.
         warnings.filterwarnings("ignore", message=".*axis name: batch will not be used")
         # torch's own exporter internals use a pytree API that torch itself deprecates.
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-        program = _export_program(policy, dynamic_shapes, opset)
+        program = torch.onnx.export(
+            module,
+            example,
+            input_names=list(input_names),
+            output_names=list(output_names),
+            opset_version=opset,
+            dynamic_shapes={name: {0: batch} for name in input_names},
+            dynamo=True,
+            external_data=False,
+            verbose=False,
+        )
     if program is None:
         raise RuntimeError("torch.onnx.export returned no program")
 
@@ -162,6 +171,12 @@ def export_onnx(policy: OnnxPolicy, path: Path, opset: int = ONNX_OPSET) -> Path
         onnx.checker.check_model(str(temporary), full_check=True)  # refuse a bad graph unwritten
 
     return write_atomic(path, write)
+
+
+def export_onnx(policy: OnnxPolicy, path: Path, opset: int = ONNX_OPSET) -> Path:
+    """Export the policy with a dynamic batch axis (fixed K), check it, write it atomically."""
+    names = (WINDOW_NAMES, OUTPUT_NAMES)  # the contract's names, from runtime/ (ARTIFACT.md)
+    return export_graph(policy, example_inputs(policy), names, path, opset)
 
 
 def _mean_action_budget_scales(checkpoint: dict[str, Any]) -> list[dict[str, float]] | None:
