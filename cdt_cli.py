@@ -34,6 +34,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "guard": ("training.guard_cli", "show or set a model card's own budget guard"),
     "critic": ("training.critic_cli", "train a model's cost critic, the budget guard's shield"),
+    "shield": (
+        "training.evaluation.shield",
+        "choose the budget guard's shield on the selection seeds",
+    ),
     "evaluate": ("training.evaluation.evaluate", "evaluate an exported policy in the simulator"),
     "sweeps": (
         "training.evaluation.sweeps",

@@ -8,16 +8,22 @@ them and prints one row per model, in minutes:
     python bench/pipeline_stages.py --runs-dir runs --goal-minutes 90
 
 Collection is shown apart: the goal (issue "every paper task on two CPU cores") counts from a
-dataset to a served model, i.e. train + select + export + guidance or calibrate + evaluate.
+dataset to a served model, i.e. every stage after it (train, select, export, guidance or
+calibrate, critic, shield, evaluate).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-STAGES = ("collect", "train", "select", "export", "guidance", "calibrate", "evaluate")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the repo
+
+from training.pipeline import STAGES as PIPELINE_STAGES
+
+STAGES = tuple(name for name, _, _ in PIPELINE_STAGES)
 SERVED_FROM_DATASET = STAGES[1:]
 
 

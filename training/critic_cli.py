@@ -12,11 +12,17 @@ import logging
 import time
 from argparse import ArgumentTypeError
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runtime.arguments import CommandParser, non_negative_int, positive_int
 from runtime.card import CostCriticCard, ModelCard, read_card, update_card
 from runtime.files import CARD_FILE, COST_CRITIC_FILE, check_writable
 from runtime.user_errors import UserError, exit_on_user_errors
+from training.ledger import LedgerEntry
+from training.ledger import record as ledger_record
+
+if TYPE_CHECKING:
+    from training.cost_critic import CriticConfig, CriticFit
 
 
 def discount(text: str) -> float:
@@ -39,6 +45,45 @@ def dataset_path(card: ModelCard, model_dir: Path, given: Path | None) -> Path:
         where = "--dataset" if given is not None else f"{model_dir / CARD_FILE}'s dataset"
         raise UserError(f"{where}: no such file: {path} (pass --dataset PATH)")
     return path
+
+
+def write_critic(
+    model_dir: Path, card: ModelCard, dataset: Path, config: CriticConfig
+) -> CriticFit:
+    """Train the critic on `dataset`, write `cost_critic.onnx`, then the card's record (it names
+    the graph, so it comes second); `cdt critic` and the pipeline's critic stage."""
+    from training.cost_critic import export_cost_critic, train_cost_critic
+    from training.data.dataset import load_dataset
+    from training.export import quiet_exporter_logs
+
+    episodes = load_dataset(dataset).episodes
+    dims = (episodes[0].observations.shape[1], episodes[0].actions.shape[1])
+    if dims != (card.observation_dim, card.action_dim):
+        raise UserError(
+            f"{dataset}: observation and action dims {dims}, the model's are "
+            f"{(card.observation_dim, card.action_dim)}"
+        )
+    result = train_cost_critic(episodes, config)
+    quiet_exporter_logs()
+    export_cost_critic(result.critic, model_dir / COST_CRITIC_FILE)
+    record = CostCriticCard(
+        discount=config.discount,
+        dataset=str(dataset),
+        update_steps=config.update_steps,
+        validation_mse=result.validation_mse,
+        target_variance=result.target_variance,
+    )
+    update_card(model_dir, cost_critic=record.model_dump())
+    outcome = (
+        f"validation MSE {result.validation_mse:.3g} (target variance {result.target_variance:.3g})"
+    )
+    ledger_record(
+        LedgerEntry(
+            "critic", str(model_dir), outcome, task=card.task, seed=config.seed,
+            steps=config.update_steps,
+        )
+    )  # fmt: skip
+    return result
 
 
 def _parser() -> CommandParser:
@@ -71,17 +116,8 @@ def main(argv: list[str] | None = None) -> None:
     check_writable(args.model_dir / COST_CRITIC_FILE)
     check_writable(args.model_dir / CARD_FILE)
     # Imported after the checks: torch and onnx load in seconds, which a mistake never needs.
-    from training.cost_critic import CriticConfig, export_cost_critic, train_cost_critic
-    from training.data.dataset import load_dataset
-    from training.export import quiet_exporter_logs
+    from training.cost_critic import CriticConfig
 
-    episodes = load_dataset(dataset).episodes
-    dims = (episodes[0].observations.shape[1], episodes[0].actions.shape[1])
-    if dims != (card.observation_dim, card.action_dim):
-        raise UserError(
-            f"{dataset}: observation and action dims {dims}, the model's are "
-            f"{(card.observation_dim, card.action_dim)}"
-        )
     config = CriticConfig(
         discount=args.discount,
         update_steps=args.steps,
@@ -90,17 +126,8 @@ def main(argv: list[str] | None = None) -> None:
         threads=args.threads,
     )
     started = time.perf_counter()
-    result = train_cost_critic(episodes, config)
-    quiet_exporter_logs()
-    path = export_cost_critic(result.critic, args.model_dir / COST_CRITIC_FILE)
-    record = CostCriticCard(
-        discount=config.discount,
-        dataset=str(dataset),
-        update_steps=config.update_steps,
-        validation_mse=result.validation_mse,
-        target_variance=result.target_variance,
-    )
-    update_card(args.model_dir, cost_critic=record.model_dump())  # after the graph: it names it
+    result = write_critic(args.model_dir, card, dataset, config)
+    path = args.model_dir / COST_CRITIC_FILE
     print(
         f"cost critic: validation MSE {result.validation_mse:.4g} vs target variance "
         f"{result.target_variance:.4g} on {result.validation_episodes} held-out episodes "

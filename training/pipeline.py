@@ -3,7 +3,8 @@
 Stages, each skipped when its output is already there (run the command again to continue):
 collect (`datasets/<task>.hdf5`), train (`runs/pipeline-<name>/`, kept checkpoints, resumed from
 `last.pt`), select (`best.pt` by the reported protocol), export (`models/<name>/`), guidance
-(`cpu-budget`, `cpu`) or calibration (`paper`), recorded in the card, and evaluate
+(`cpu-budget`, `cpu`) or calibration (`paper`), recorded in the card, the cost critic
+(`cost_critic.onnx`) and the budget guard's shield chosen with it (in the card), and evaluate
 (`reports/<name>/evaluation_protocol.json` as served, budget guard on, and
 `evaluation_protocol_unguarded.json`, both recorded in the card). Every value is used as given
 and checked before the first stage, with the dataset (when it exists) and the model folder (one
@@ -28,7 +29,7 @@ import tyro
 from runtime.arguments import AT_LEAST_0, AT_LEAST_1, unmet
 from runtime.card import read_card
 from runtime.evaluation_protocol import SELECTION_BUDGET_SCALES, SelectionRule
-from runtime.files import CARD_FILE, ONNX_FILE, check_writable, write_atomic
+from runtime.files import CARD_FILE, COST_CRITIC_FILE, ONNX_FILE, check_writable, write_atomic
 from runtime.sim import check_task
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.card_update import record_evaluation
@@ -54,6 +55,8 @@ class PipelineConfig:
     - export: models/<name>/model.onnx and model.json
     - guidance (`cpu-budget`, `cpu`): the cost guidance in model.json, 4 weights x 120 episodes
     - calibrate (`paper`): the scales in models/<name>/model.json; 60 episodes per measured row
+    - critic: models/<name>/cost_critic.onnx, fit on the dataset (~3 min on a core)
+    - shield: the budget guard's shield in model.json, 5 settings x 240 selection episodes
     - evaluate: reports/<name>/evaluation_protocol.json (guard on, as served) and
       evaluation_protocol_unguarded.json
 
@@ -256,6 +259,32 @@ def guide(config: PipelineConfig) -> None:
         logger.warning("no guidance weight keeps the budgets: the model ships unguided, unsafe")
 
 
+def critic(config: PipelineConfig) -> None:
+    from training.cost_critic import CriticConfig
+    from training.critic_cli import write_critic
+
+    steps = 20 if config.smoke else CriticConfig.update_steps
+    card = read_card(config.model_dir)
+    write_critic(config.model_dir, card, config.dataset_path, CriticConfig(update_steps=steps))
+
+
+def _has_critic(config: PipelineConfig) -> bool:
+    if not (config.model_dir / COST_CRITIC_FILE).is_file():
+        return False
+    return read_card(config.model_dir).cost_critic is not None
+
+
+def shield(config: PipelineConfig) -> None:
+    from training.evaluation.shield import shield_model
+
+    if config.smoke:
+        chosen = shield_model(config.model_dir, settings=((15.0, 1.0),), episodes=1, workers=1)
+    else:
+        chosen = shield_model(config.model_dir)
+    if chosen.margin == 0:
+        logger.info("the budget guard keeps its budgets without the shield: none set")
+
+
 def _finished(config: PipelineConfig, record_key: str) -> bool:
     """Has the stage that writes `evaluation[record_key]` of the model's card finished? An
     interrupted one left its rows there, unfinished: it runs again."""
@@ -325,6 +354,8 @@ STAGES: list[Stage] = [
     ("export", export, lambda c: (c.model_dir / ONNX_FILE).is_file()),
     ("guidance", guide, _guided),
     ("calibrate", calibrate, _calibrated),
+    ("critic", critic, _has_critic),
+    ("shield", shield, lambda c: _finished(c, "shield")),
     ("evaluate", evaluate, lambda c: c.report.is_file()),
 ]
 

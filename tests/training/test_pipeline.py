@@ -174,21 +174,23 @@ def test_pipeline_smoke_runs_every_stage_on_a_tiny_dataset(
     assert config.report.is_file()
     assert config.report.with_name("evaluation_protocol_unguarded.json").is_file()
     totals = json.loads(config.stage_seconds.read_text())
-    assert list(totals) == ["train", "select", "export", "guidance", "evaluate"]  # data was there
+    stages = ["train", "select", "export", "guidance", "critic", "shield", "evaluate"]
+    assert list(totals) == stages  # the dataset was there
+    assert card.cost_critic is not None and (card.evaluation or {})["shield"]["finished"]
     assert (card.evaluation or {})["guidance"]["finished"]
     assert "cdt-ballrun-smoke:" in capsys.readouterr().out
     assert not Path(tmp_path / "datasets").exists()
     # every run the pipeline made is in the ledger, as if each command had been run by hand
     entries = read_ledger(private_ledger)
     assert [entry.command for entry in entries] == [
-        "train", "select", "guidance", "evaluate", "evaluate",
+        "train", "select", "guidance", "critic", "shield", "evaluate", "evaluate",
     ]  # fmt: skip
     assert entries[0].outcome == "done" and entries[0].steps == 20
     assert entries[0].subject == str(config.run_dir)
     assert entries[1].split == "selection" and entries[1].outcome.startswith("best step ")
-    assert [entry.split for entry in entries[3:]] == ["test", "test"]
-    assert entries[4].outcome.startswith("protocol: ")  # guarded, written last
-    assert entries[3].outcome.startswith("protocol, unguarded: ")
+    assert [entry.split for entry in entries[5:]] == ["test", "test"]
+    assert entries[6].outcome.startswith("protocol: ")  # guarded, written last
+    assert entries[5].outcome.startswith("protocol, unguarded: ")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,94 @@
+"""`cdt shield`: the choice of the guard's shield, what the card records, a short real run."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runtime.card import read_card
+from runtime.evaluation_protocol import BudgetRow
+from runtime.policy import Policy
+from tests.runtime.toy_critic import write_test_critic
+from tests.service.toy_policy import write_test_policy
+from training.evaluation import shield as shield_module
+from training.evaluation.shield import ShieldCandidate, choose, main, measure_shields
+
+TASK = "SafetyBallRun-v0"  # obs_dim 7, act_dim 2, 100-step episodes
+CRITIC = {
+    "discount": 0.9, "dataset": "toy.hdf5", "update_steps": 10, "validation_mse": 0.1,
+    "target_variance": 1.0,
+}  # fmt: skip
+
+
+def candidate(margin: float, share_over: float, reward: float) -> ShieldCandidate:
+    rows = [
+        BudgetRow(
+            target_reward=50.0,
+            target_cost=budget,
+            deterministic=mode,
+            episodes=20,
+            reward_mean=reward,
+            reward_std=1.0,
+            cost_mean=budget / 2,
+            cost_std=1.0,
+            normalised_reward=reward,
+            normalised_cost=0.5,
+            share_over_budget=share_over,
+        )
+        for budget in (10.0, 20.0, 40.0)
+        for mode in (False, True)
+    ]
+    return ShieldCandidate(margin, 1.0, rows)
+
+
+def test_choose_keeps_budgets_first_then_reward_within_the_reward_bar() -> None:
+    unshielded = candidate(0.0, 0.15, 60.0)
+    close, costly = candidate(15.0, 0.05, 58.0), candidate(25.0, 0.0, 50.0)
+    assert choose([unshielded, close, costly], 0.05, 3.0) is close
+    assert choose([unshielded, costly], 0.05, 3.0) is costly  # none within 3: safety first
+    assert choose([candidate(0.0, 0.0, 60.0), close], 0.05, 3.0).margin == 0.0  # not needed
+    assert choose([unshielded, candidate(15.0, 0.1, 61.0)], 0.05, 3.0).margin == 15.0
+
+
+@pytest.fixture
+def critic_policy(tmp_path: Path) -> Path:
+    directory = write_test_policy(tmp_path / "toy", observation_dim=7, action_dim=2)
+    write_test_critic(directory, observation_dim=7, action_dim=2)  # cost = 2 a_0 + 0.1 s_0
+    card = json.loads((directory / "model.json").read_text())
+    card |= {"task": TASK, "cost_critic": CRITIC, "budget_guard_measured": None}
+    card["default_targets"] = [{"reward": 50.0, "cost": budget} for budget in (10, 20, 40)]
+    (directory / "model.json").write_text(json.dumps(card))
+    return directory
+
+
+def test_measure_shields_runs_the_guard_with_each_shield_on_the_selection_seeds(
+    critic_policy: Path,
+) -> None:
+    card = Policy.load(critic_policy).card
+    plain, shielded = measure_shields(critic_policy, card, [(0.0, 0.0), (40.0, 0.0)], 1, 1)
+    assert (plain.margin, shielded.margin) == (0.0, 40.0) and len(shielded.rows) == 6
+    # the toy's action grows with the cost-to-go; a shield that calls every a_0 > 0 costly moves it
+    assert [row.reward_mean for row in plain.rows] != [row.reward_mean for row in shielded.rows]
+
+
+def test_cdt_shield_records_every_candidate_and_sets_the_chosen_guard(
+    critic_policy: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    measured = [candidate(0.0, 0.2, 60.0), candidate(15.0, 0.0, 59.0), candidate(25.0, 0.0, 55.0)]
+    monkeypatch.setattr(shield_module, "measure_shields", lambda *args, **kw: measured)
+    main([str(critic_policy), "--margins", "15", "25", "--risks", "1"])
+    card = read_card(critic_policy)
+    assert (card.guard.shield_margin, card.guard.shield_risk) == (15.0, 1.0)
+    record = (card.evaluation or {})["shield"]
+    assert [entry["shield_margin"] for entry in record["candidates"]] == [0.0, 15.0, 25.0]
+    assert record["candidates"][1]["reward_given_up"] == pytest.approx(1.0)
+    assert "margin 15, risk 1 (worst share over 0%)" in capsys.readouterr().out
+
+
+def test_cdt_shield_refuses_a_model_without_a_cost_critic(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = write_test_policy(tmp_path / "toy", observation_dim=7, action_dim=2)
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(directory)])
+    assert exit_info.value.code == 2 and "cdt critic" in capsys.readouterr().err
