@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    """Collect, train, select, export, guide (or calibrate), evaluate one task; rerun to go on.
+    """Collect, train, select, export, guide or calibrate, shield, evaluate a task; rerun to go on.
 
     Stages, each skipped when its output is there (times: docs/decisions/pipeline.md):
     - collect: datasets/<task>.hdf5 (or --dataset); 47 min for CarRun's paper schedule (Zen 3)
