@@ -33,12 +33,10 @@ from runtime.evaluation_protocol import (
     SelectionRule,
     describe,
     on_frontier,
-    selection_specs,
-    summarise,
 )
 from runtime.files import CARD_FILE, ONNX_FILE
-from runtime.user_errors import UserError, exit_on_user_errors
-from training.evaluation.evaluate import RolloutJob, run_parallel
+from runtime.user_errors import exit_on_user_errors
+from training.evaluation.evaluate import served_selection_rows
 from training.evaluation.inputs import load_policy
 from training.ledger import LedgerEntry, record
 
@@ -120,34 +118,14 @@ def measure_weights(
     rule: SelectionRule,
 ) -> list[WeightResult]:
     """Each weight's protocol rows on the selection seeds, guard on (as served)."""
-    targets = [target.model_dump() for target in card.default_targets or []]
-    reward_range = card.reward_return_range
-    if reward_range is None or not targets:
-        raise UserError(
-            f"{model_dir}: the card names no default targets or dataset reward range"
-            " (re-export the model, or `cdt card-update` it)"
-        )
     results = []
     with tempfile.TemporaryDirectory(prefix="cdt-guidance-") as scratch:
         for weight in weights:
             copy = _guided_copy(
                 model_dir, Path(scratch) / f"w{weight:g}", guidance_at(weight, shift)
             )
-            jobs = [
-                RolloutJob(
-                    str(copy),
-                    card.task,
-                    tuple(
-                        dataclasses.replace(spec, budget_guard=True)
-                        for spec in selection_specs(targets, [budget], [deterministic], episodes)
-                    ),
-                )
-                for budget in REPORTED_BUDGETS
-                for deterministic in (False, True)
-            ]
-            rows = summarise(
-                run_parallel(jobs, workers, f"guidance weight {weight:g}"), reward_range
-            )
+            label = f"guidance weight {weight:g}"
+            rows = served_selection_rows(copy, card, episodes, workers, label)
             result = judged(weight, rows, rule)
             logger.info(
                 "weight %g: %s, score %.2f; %s",

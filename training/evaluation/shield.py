@@ -33,10 +33,10 @@ import numpy as np
 from runtime.arguments import CommandParser, non_negative_float, positive_int, share
 from runtime.budget_guard import BudgetGuard
 from runtime.card import ModelCard, read_card, update_card
-from runtime.evaluation_protocol import REPORTED_BUDGETS, BudgetRow, selection_specs, summarise
+from runtime.evaluation_protocol import BudgetRow
 from runtime.files import CARD_FILE
 from runtime.user_errors import UserError, exit_on_user_errors
-from training.evaluation.evaluate import RolloutJob, run_parallel
+from training.evaluation.evaluate import served_selection_rows
 from training.evaluation.inputs import load_policy
 from training.guard_cli import set_guard
 from training.ledger import LedgerEntry, record
@@ -111,10 +111,6 @@ def measure_shields(
     workers: int,
 ) -> list[ShieldCandidate]:
     """Each setting's rows on the selection seeds, every reported budget and action mode."""
-    targets = [target.model_dump() for target in card.default_targets or []]
-    reward_range = card.reward_return_range
-    if reward_range is None or not targets:
-        raise UserError(f"{model_dir}: the card names no default targets or dataset reward range")
     measured = []
     with tempfile.TemporaryDirectory(prefix="cdt-shield-") as scratch:
         for margin, risk in settings:
@@ -122,20 +118,8 @@ def measure_shields(
                 model_dir, Path(scratch) / f"m{margin:g}-r{risk:g}",
                 shielded_guard(card.guard, margin, risk),
             )  # fmt: skip
-            jobs = [
-                RolloutJob(
-                    str(copy),
-                    card.task,
-                    tuple(
-                        dataclasses.replace(spec, budget_guard=True)
-                        for spec in selection_specs(targets, [budget], [deterministic], episodes)
-                    ),
-                )
-                for budget in REPORTED_BUDGETS
-                for deterministic in (False, True)
-            ]
             label = f"shield margin {margin:g}, risk {risk:g}" if margin else "no shield"
-            rows = summarise(run_parallel(jobs, workers, label), reward_range)
+            rows = served_selection_rows(copy, card, episodes, workers, label)
             measured.append(ShieldCandidate(margin, risk, rows))
             worst = measured[-1].worst_share_over
             logger.info("%s: worst share over %.0f %%", label, 100 * worst)
