@@ -15,7 +15,8 @@ more the episode cannot go over any more, and the guard stands aside. Below that
   CDT itself told no cost is left (cost-to-go 0 in its window), with the mean action;
 - `shield`: at or below `shield_margin` of budget left, a card with a cost critic
   (`runtime.cost_critic`) has it check the action chosen above, and replaces an action whose
-  predicted cost is above `shield_risk` by the least costly of fixed candidates.
+  predicted cost is above `shield_risk` by the nearest fixed candidate it predicts at most that
+  for (none such: the action stays).
 
 It is a pure function of those, so it follows a budget changed mid-episode at once and needs no
 state beyond its counts. The service (`service.inference.PendingAction`) and the offline episode

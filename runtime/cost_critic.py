@@ -146,14 +146,17 @@ class CostCritic:
             risk: the predicted discounted cost above which the action is replaced.
         """
         options = candidates(np.asarray(action, dtype=np.float64), *bounds)  # [C, A]
-        states = np.repeat(np.asarray(observation, np.float32)[None], len(options), axis=0)
-        cost = self.predict(states, options)  # [C]
+        state = np.asarray(observation, np.float32)[None]  # [1, observation_dim]
+        own = float(self.predict(state, options[:1])[0])  # most steps end here: one row, not C
+        if not np.isfinite(own) or own <= risk:
+            return ShieldResult(np.asarray(action), False, own)
+        cost = self.predict(np.repeat(state, len(options), axis=0), options)  # [C]
         safe = np.flatnonzero(cost <= risk)
-        if not np.isfinite(cost).all() or cost[0] <= risk or len(safe) == 0:
-            return ShieldResult(np.asarray(action), False, float(cost[0]))
+        if not np.isfinite(cost).all() or len(safe) == 0:
+            return ShieldResult(np.asarray(action), False, own)
         distance = np.linalg.norm((options[safe] - options[0]) / (bounds[1] - bounds[0]), axis=1)
         chosen = options[safe[int(np.argmin(distance))]]
-        return ShieldResult(chosen.astype(np.float64), True, float(cost[0]))
+        return ShieldResult(chosen.astype(np.float64), True, own)
 
 
 def shielded(
