@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from runtime.arguments import CommandParser, non_negative_float, positive_int, share
-from runtime.budget_guard import BudgetGuard
+from runtime.budget_guard import DEFAULT_GUARD, BudgetGuard
 from runtime.card import ModelCard, read_card, update_card
 from runtime.evaluation_protocol import BudgetRow
 from runtime.files import CARD_FILE
@@ -56,6 +56,11 @@ MAX_REWARD_GIVEN_UP = 3.0
 """Normalised reward points the shield may cost in any row (the budget guard issue's bar)."""
 
 
+def describe_setting(margin: float, risk: float) -> str:
+    """`margin M, risk R`, or `no shield` (margin 0)."""
+    return f"margin {margin:g}, risk {risk:g}" if margin else "no shield"
+
+
 @dataclasses.dataclass(frozen=True)
 class ShieldCandidate:
     """One shield setting measured on the selection seeds (margin 0: no shield)."""
@@ -63,6 +68,10 @@ class ShieldCandidate:
     margin: float
     risk: float
     rows: list[BudgetRow]
+
+    @property
+    def setting(self) -> str:
+        return describe_setting(self.margin, self.risk)
 
     @property
     def worst_share_over(self) -> float:
@@ -118,11 +127,10 @@ def measure_shields(
                 model_dir, Path(scratch) / f"m{margin:g}-r{risk:g}",
                 shielded_guard(card.guard, margin, risk),
             )  # fmt: skip
-            label = f"shield margin {margin:g}, risk {risk:g}" if margin else "no shield"
+            label = describe_setting(margin, risk)
             rows = served_selection_rows(copy, card, episodes, workers, label)
             measured.append(ShieldCandidate(margin, risk, rows))
-            worst = measured[-1].worst_share_over
-            logger.info("%s: worst share over %.0f %%", label, 100 * worst)
+            logger.info("%s: worst share over %.0f %%", label, 100 * measured[-1].worst_share_over)
     return measured
 
 
@@ -168,10 +176,9 @@ def shield_model(
         "finished": True,
     }
     update_card(model_dir, evaluation=evaluation)
-    guard = shielded_guard(card.guard, chosen.margin, chosen.risk if chosen.margin else 2.0)
-    set_guard(model_dir, read_card(model_dir), guard)
-    outcome = f"margin {chosen.margin:g}, risk {chosen.risk:g}" if chosen.margin else "no shield"
-    entry = LedgerEntry("shield", str(model_dir), outcome, task=card.task, split="selection")
+    risk = chosen.risk if chosen.margin else DEFAULT_GUARD.shield_risk  # unread without a margin
+    set_guard(model_dir, read_card(model_dir), shielded_guard(card.guard, chosen.margin, risk))
+    entry = LedgerEntry("shield", str(model_dir), chosen.setting, task=card.task, split="selection")
     record(entry)
     return chosen
 
@@ -211,10 +218,9 @@ def main(argv: list[str] | None = None) -> None:
         args.model_dir, settings, args.episodes, args.max_share_over, args.max_reward_given_up,
         args.workers,
     )  # fmt: skip
-    what = f"margin {chosen.margin:g}, risk {chosen.risk:g}" if chosen.margin else "no shield"
     met = chosen.worst_share_over <= args.max_share_over
     print(
-        f"cdt shield: {what} (worst share over {chosen.worst_share_over:.0%}"
+        f"cdt shield: {chosen.setting} (worst share over {chosen.worst_share_over:.0%}"
         f"{'' if met else ', above the target: no setting kept it'}) -> {args.model_dir}"
     )
 
