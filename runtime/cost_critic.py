@@ -154,7 +154,8 @@ class CostCritic:
         safe = np.flatnonzero(cost <= risk)
         if not np.isfinite(cost).all() or len(safe) == 0:
             return ShieldResult(np.asarray(action), False, own)
-        distance = np.linalg.norm((options[safe] - options[0]) / (bounds[1] - bounds[0]), axis=1)
+        width = np.where(bounds[1] > bounds[0], bounds[1] - bounds[0], 1.0)  # a fixed dim: 1
+        distance = np.linalg.norm((options[safe] - options[0]) / width, axis=1)
         chosen = options[safe[int(np.argmin(distance))]]
         return ShieldResult(chosen.astype(np.float64), True, own)
 

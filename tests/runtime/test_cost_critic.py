@@ -60,6 +60,13 @@ def test_shield_replaces_a_costly_action_by_a_candidate_within_the_risk(
     assert 2 * result.action[0] <= 1.0 + 1e-6  # predicted cost of the new action <= risk
 
 
+def test_shield_measures_distance_where_one_action_dimension_is_fixed(critic: CostCritic) -> None:
+    bounds = (np.array([-1.0, 0.5]), np.array([1.0, 0.5]))  # the second entry cannot move
+    result = critic.shield(np.zeros(3), np.array([0.9, 0.5]), bounds, risk=1.0)
+    assert result.replaced and np.isfinite(result.action).all() and result.action[1] == 0.5
+    assert 2 * result.action[0] <= 1.0 + 1e-6
+
+
 def test_shield_keeps_the_action_where_no_candidate_is_within_the_risk(tmp_path: Path) -> None:
     write_test_critic(tmp_path, observation_dim=3, action_dim=2, bias=10.0)  # 8 or more
     critic = CostCritic.load(tmp_path, observation_dim=3, action_dim=2)
