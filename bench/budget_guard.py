@@ -5,7 +5,9 @@
 
 Starts `cdt serve` on the model repository (or uses `--server URL`). For each model, budget
 (`--budgets`, default 10, 20, 40), action mode and a budget cut at mid-episode (`--cut`, default
-40 then 10 at half the model's `max_episode_len`), it runs `--episodes` simulator episodes with
+40 then 10 at half the model's `max_episode_len`; run twice: as a controller that says nothing
+beforehand, and as one whose episodes name the cut's budget as their `cut_floor`), it runs
+`--episodes` simulator episodes with
 `cdt rollout`'s client, once with the service's budget guard (the default) and once with
 `budget_guard: false`, on the same seeds. It prints, per row, the share of episodes over the
 budget in force at their end, the mean cost and normalised reward of both, the reward the guard
@@ -62,6 +64,8 @@ class RowSpec:
     budget: float
     deterministic: bool
     schedule: tuple[tuple[int, float], ...] = ()
+    cut_floor: float | None = None
+    """The lowest budget the episodes say they may be cut to (None: they say nothing)."""
 
     @property
     def schedule_text(self) -> str:
@@ -83,12 +87,17 @@ def figures(outcomes: Sequence[EpisodeOutcome]) -> GuardFigures:
 def row_specs(
     budgets: Sequence[float], cut: tuple[float, float] | None, episode_len: int
 ) -> list[RowSpec]:
-    """Every budget in both action modes, then the cut at mid-episode in both."""
+    """Every budget in both action modes, then the cut at mid-episode in both, unannounced and
+    announced (the episodes name the cut's budget as their floor)."""
     specs = [RowSpec(budget, mean) for budget in budgets for mean in (False, True)]
     if cut is not None:
         first, then = cut
         schedule = ((0, first), (episode_len // 2, then))
-        specs += [RowSpec(first, mean, schedule) for mean in (False, True)]
+        specs += [
+            RowSpec(first, mean, schedule, floor)
+            for floor in (None, then)
+            for mean in (False, True)
+        ]
     return specs
 
 
@@ -100,7 +109,7 @@ def rollout_config(
     return RolloutConfig(
         server=server, model=model, episodes=episodes, cost_limit=spec.budget,
         cost_schedule=spec.schedule, seed=first, deterministic=spec.deterministic,
-        budget_guard=guard,
+        budget_guard=guard, cut_floor=spec.cut_floor,
     )  # fmt: skip
 
 
@@ -121,6 +130,7 @@ def guard_measurement(
         budget=spec.budget,
         action_mode=action_mode(spec.deterministic),
         cost_schedule=spec.schedule_text,
+        cut_floor=spec.cut_floor,
         episodes=len(guarded),
         first_seed=seed,
         guarded=figures(guarded),
@@ -139,6 +149,8 @@ def describe(model: str, rows: Sequence[GuardMeasurement]) -> str:
     for row in rows:
         guarded, unguarded = row.guarded, row.unguarded
         budget = row.cost_schedule or f"{row.budget:g}"
+        if row.cut_floor is not None:
+            budget += f", floor {row.cut_floor:g}"
         reward, cost_of_guard = "n/a", "n/a"
         if guarded.normalised_reward is not None and unguarded.normalised_reward is not None:
             reward = f"{guarded.normalised_reward:.1f} / {unguarded.normalised_reward:.1f}"

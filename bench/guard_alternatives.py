@@ -59,14 +59,18 @@ def parse_alternative(text: str) -> tuple[str, dict[str, Any] | None]:
     return name, dict(json.loads(fields))
 
 
-def row(results: list[EpisodeResult], limit: float, reward_range: tuple[float, float]) -> str:
-    """Share over, mean and p90 cost, normalised reward and guarded steps of one run."""
+def row(
+    results: list[EpisodeResult], limit: float, reward_range: tuple[float, float], first: float
+) -> tuple[float, str]:
+    """The normalised reward of one run, and its share over, mean and p90 cost, reward, reward
+    against `first` (the row's first alternative; nan: this is it) and guarded steps."""
     costs = np.array([result.cost for result in results])
     reward = normalised_reward(float(np.mean([result.reward for result in results])), reward_range)
     guarded = np.mean([result.guard.guarded_steps for result in results])
-    return (
+    against = "" if np.isnan(first) else f"{reward - first:+.1f}"
+    return reward, (
         f"{np.mean(costs > limit):.0%} | {costs.mean():.1f} | {np.quantile(costs, 0.9):.0f} "
-        f"| {reward:.1f} | {guarded:.0f}"
+        f"| {reward:.1f} | {against} | {guarded:.0f}"
     )
 
 
@@ -86,16 +90,21 @@ def main(argv: list[str] | None = None) -> None:
     policy = Policy.load(args.models_dir / args.model)
     card, base = policy.card, onnx_episode_policy(policy)
     reward_range = card.reward_return_range or (0.0, 1.0)
-    header = "| budget | actions | alternative | over | cost | p90 cost | reward | guarded steps |"
-    print(f"{args.model}\n{header}\n|---|---|---|---|---|---|---|---|")
+    header = (
+        "| budget | actions | alternative | over | cost | p90 cost | reward | against the first "
+        "| guarded steps |"
+    )
+    print(f"{args.model}\n{header}\n|---|---|---|---|---|---|---|---|---|")
     for budget in args.budgets:
         for deterministic in (mode == "mean" for mode in args.modes):
+            first = float("nan")
             for name, fields in args.alternatives:
                 ran = run_alternative(base, card, fields, args, (budget, deterministic))
                 limit, label = budget, f"{budget:g}"
                 if args.cut is not None:
                     limit, label = args.cut, f"{budget:g} -> {args.cut:g}"
-                figures = row(ran, limit, reward_range)
+                reward, figures = row(ran, limit, reward_range, first)
+                first = reward if np.isnan(first) else first
                 print(
                     f"| {label} | {action_mode(deterministic)} | {name} | {figures} |", flush=True
                 )

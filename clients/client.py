@@ -182,12 +182,14 @@ def _create_call(
     observation: Observation,
     seed: int | None,
     modes: tuple[bool, bool],
+    cut_floor: float | None = None,
 ) -> _Call[StepResponse]:
     """`modes`: (deterministic, budget_guard); a guard left on is not sent (the default)."""
     fields = {"model": model, "target_reward": targets[0], "target_cost": targets[1]}
     fields["seed"] = None if seed is None else int(seed)
     fields |= {"observation": [float(value) for value in observation], "deterministic": modes[0]}
     fields["budget_guard"] = None if modes[1] else False
+    fields["cut_floor"] = cut_floor
     body = _body(lambda: EpisodeCreate.model_validate(fields))
     return _Call("POST", "/v1/episodes", StepResponse, body)
 
@@ -334,11 +336,14 @@ class PolicyClient(_ClientBase[httpx.Client]):
         seed: int | None = None,
         deterministic: bool = False,
         budget_guard: bool = True,
+        cut_floor: float | None = None,
     ) -> StepResponse:
         """`POST /v1/episodes`: start an episode; returns action 0 (`budget_guard=False`: the
-        server's budget guard stays off for it)."""
+        server's budget guard stays off for it; `cut_floor`: the lowest budget it may be cut to,
+        for the guard to keep ready)."""
         modes = (deterministic, budget_guard)
-        call = _create_call(model, (target_reward, target_cost), observation, seed, modes)
+        targets = (target_reward, target_cost)
+        call = _create_call(model, targets, observation, seed, modes, cut_floor)
         return self._send(call)
 
     def step(
@@ -433,11 +438,14 @@ class AsyncPolicyClient(_ClientBase[httpx.AsyncClient]):
         seed: int | None = None,
         deterministic: bool = False,
         budget_guard: bool = True,
+        cut_floor: float | None = None,
     ) -> StepResponse:
         """`POST /v1/episodes`: start an episode; returns action 0 (`budget_guard=False`: the
-        server's budget guard stays off for it)."""
+        server's budget guard stays off for it; `cut_floor`: the lowest budget it may be cut to,
+        for the guard to keep ready)."""
         modes = (deterministic, budget_guard)
-        call = _create_call(model, (target_reward, target_cost), observation, seed, modes)
+        targets = (target_reward, target_cost)
+        call = _create_call(model, targets, observation, seed, modes, cut_floor)
         return await self._send(call)
 
     async def step(

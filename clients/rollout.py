@@ -55,6 +55,9 @@ class RolloutConfig:
     """Run the model on a task other than its card's (observation sizes must still match)."""
     budget_guard: bool = True
     """The service's budget guard for these episodes (`--no-budget-guard`: off)."""
+    cut_floor: float | None = None
+    """The lowest budget the episodes may be cut to, for the guard to keep ready (`--cut-floor`;
+    None: the card's)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,7 @@ def run_episode(
         seed=seed,
         deterministic=config.deterministic,
         budget_guard=config.budget_guard,
+        cut_floor=config.cut_floor,
     )
     episode_id, steps, totals, changes = answer.episode_id, 0, [0.0, 0.0], []
     warnings = dict.fromkeys(answer.warnings)
@@ -308,6 +312,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_false",
         help="turn the service's budget guard off for these episodes (the unguarded figures)",
     )
+    parser.add_argument(
+        "--cut-floor",
+        type=budget,
+        help="the lowest limit a --cost-schedule may cut to: the guard keeps it unspent "
+        "through the card's share of each episode (half by default), at some reward",
+    )
     parser.add_argument("--token", help="bearer token, if the service requires one")
     parser.add_argument("--json", type=Path, help="write per-episode results and summary here")
     parser.add_argument(
@@ -353,6 +363,7 @@ def main(argv: list[str] | None = None) -> None:
         token=args.token,
         force=args.force,
         budget_guard=args.budget_guard,
+        cut_floor=args.cut_floor,
     )
     _check_json(args.json, args.force)
     if (

@@ -102,9 +102,10 @@ class StreamClient:
         seed: int | None = None,
         deterministic: bool = False,
         budget_guard: bool = True,
+        cut_floor: float | None = None,
     ) -> StepResponse:
         """`start`: open an episode; returns action 0 (`budget_guard=False`: without the
-        server's budget guard)."""
+        server's budget guard; `cut_floor`: the lowest budget it may be cut to)."""
         values = [float(value) for value in observation]
         return await self._call(
             lambda request_id: StreamStart(
@@ -117,6 +118,7 @@ class StreamClient:
                 seed=None if seed is None else int(seed),
                 deterministic=deterministic,
                 budget_guard=None if budget_guard else False,
+                cut_floor=cut_floor,
             ),
             StepResponse,
         )

@@ -6,6 +6,8 @@ known at every step: the cost budget left, the steps left and the action mode. T
 budget left per step left, in units of the largest cost one step can add: at a pace of 1 or
 more the episode cannot go over any more, and the guard stands aside. Below that:
 
+- through the first `cut_ready_until` of the episode, a budget above `cut_floor` counts as
+  `cut_floor` (all that follows acts on that), so a cut to it finds it unspent;
 - the model is told `hidden_reserve` less budget than is left (and, with `early_scale` below 1,
   only a share of it early in the episode), so its own plan ends with something in reserve;
 - `less_noise`: a sampled episode's noise shrinks with the pace, from `full_noise_pace` down
@@ -65,6 +67,15 @@ class GuardDecision:
     is above this (`runtime.cost_critic`); None: no shield this step."""
 
 
+@dataclass(frozen=True)
+class CutReadiness:
+    """What a guard that keeps an episode ready for a budget cut needs to know about it."""
+
+    cost_spent: float = 0.0
+    floor: float | None = None
+    """The episode's own cut floor (None: the card's `cut_floor`)."""
+
+
 UNGUARDED = GuardDecision(GuardAction.NONE)
 """The decision of a step the guard leaves alone (and of every step of an unguarded episode)."""
 
@@ -103,6 +114,13 @@ class BudgetGuard(BaseModel):
     early_scale: float = Field(default=1.0, gt=0, le=1)
     """Pacing: at the episode's start the model is told this share of the budget left, rising
     linearly to all of it at the episode's end, so it keeps budget for a later cut."""
+    cut_floor: float = Field(default=0.0, ge=0)
+    """The lowest budget a controller may cut an episode to (0: none); an episode may name its
+    own (`cut_floor` at its creation)."""
+    cut_ready_until: float = Field(default=0.5, ge=0, le=1)
+    """Share of the episode through which the guard treats a budget above the cut floor as the
+    floor (the budget told, the noise, the fallback and the shield all act on it), so a cut to
+    the floor in that time finds it unspent; the rest of the budget is free after."""
     shield_margin: float = Field(default=0.0, ge=0)
     """Budget left at or below which the card's cost critic checks every action while the
     episode could still go over (0: no shield; a card needs a cost critic to set it)."""
@@ -128,12 +146,26 @@ class BudgetGuard(BaseModel):
         """The budget left the model is told (None: all of it, as it is)."""
         if self.hidden_reserve == 0 and self.early_scale == 1:
             return None
-        done = 1.0 - steps_left / episode_len if episode_len > 0 else 1.0
-        scale = self.early_scale + (1.0 - self.early_scale) * min(max(done, 0.0), 1.0)
+        scale = self.early_scale + (1.0 - self.early_scale) * _done(steps_left, episode_len)
         return max(remaining_cost * scale - self.hidden_reserve, 0.0)
 
+    def guarded_budget(
+        self, remaining_cost: float, steps_left: int, episode_len: int, cut: CutReadiness
+    ) -> float:
+        """The budget left the guard acts on: what is left of the cut floor while the episode is
+        kept ready for a cut to it, else the episode's own."""
+        floor = self.cut_floor if cut.floor is None else cut.floor
+        if floor == 0 or _done(steps_left, episode_len) >= self.cut_ready_until:
+            return remaining_cost
+        return min(remaining_cost, max(floor - cut.cost_spent, 0.0))
+
     def decide(
-        self, remaining_cost: float, steps_left: int, deterministic: bool, episode_len: int = 0
+        self,
+        remaining_cost: float,
+        steps_left: int,
+        deterministic: bool,
+        episode_len: int = 0,
+        cut: CutReadiness | None = None,
     ) -> GuardDecision:
         """The decision for a step with `remaining_cost` budget and `steps_left` steps to go.
 
@@ -143,12 +175,17 @@ class BudgetGuard(BaseModel):
             steps_left: `max_episode_len` minus the step index of the newest observation.
             deterministic: the episode acts with the mean action anyway.
             episode_len: the card's `max_episode_len` (pacing; 0: the episode's end).
+            cut: the episode's cost so far and its own cut floor (`cut_floor`).
         """
-        pace = self.pace(remaining_cost, steps_left)
+        cut = cut or CutReadiness()
+        budget = self.guarded_budget(remaining_cost, steps_left, episode_len, cut)
+        pace = self.pace(budget, steps_left)
         if self.max_step_cost > 0 and pace >= 1.0:
             return UNGUARDED  # even a costly step each step to the end stays within budget
-        decision = self._throttle(remaining_cost, steps_left, deterministic, episode_len, pace)
-        if 0 < self.shield_margin and remaining_cost <= self.shield_margin:
+        decision = self._throttle(budget, steps_left, deterministic, episode_len, pace)
+        if budget < remaining_cost and decision.cost_left_fed is None:
+            decision = replace(decision, cost_left_fed=budget)  # told the floor, not the budget
+        if 0 < self.shield_margin and budget <= self.shield_margin:
             return replace(decision, shield_risk=self.shield_risk)
         return decision
 
@@ -174,6 +211,11 @@ class BudgetGuard(BaseModel):
 
 
 DEFAULT_GUARD = BudgetGuard()
+
+
+def _done(steps_left: int, episode_len: int) -> float:
+    """Share of the episode gone (1 when its length is unknown)."""
+    return min(max(1.0 - steps_left / episode_len, 0.0), 1.0) if episode_len > 0 else 1.0
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,8 @@ class GuardMeasurement(BaseModel):
     """`sampled` or `mean`."""
     cost_schedule: str = ""
     """`STEP:LIMIT,...` budget changes (`cdt rollout --cost-schedule`); empty: none."""
+    cut_floor: float | None = None
+    """The cut floor the episodes named at their creation (`cdt rollout --cut-floor`)."""
     episodes: int
     first_seed: int
     guarded: GuardFigures

@@ -20,6 +20,7 @@ from runtime.budget_guard import (
     DEFAULT_GUARD,
     UNGUARDED,
     BudgetGuard,
+    CutReadiness,
     GuardDecision,
     GuardTally,
 )
@@ -68,6 +69,9 @@ class EpisodeSpec:
     budget_guard: bool = False
     """Run the budget guard, as the service does by default (`runtime.budget_guard`); off here
     by default, so calibration and selection measure the model itself."""
+    cut_floor: float | None = None
+    """The lowest budget this episode may be cut to, for the guard to keep ready (None: the
+    card's `budget_guard.cut_floor`), as an episode's creation may name it."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,11 @@ def decide(policy: EpisodePolicy, spec: EpisodeSpec, context: EpisodeContext) ->
     steps_left = policy.max_episode_len - context.step
     guard = policy.budget_guard
     return guard.decide(
-        context.remaining_cost, steps_left, spec.deterministic, policy.max_episode_len
+        context.remaining_cost,
+        steps_left,
+        spec.deterministic,
+        policy.max_episode_len,
+        CutReadiness(context.total_cost, spec.cut_floor),
     )
 
 

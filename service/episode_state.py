@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from runtime.budget_guard import (
     UNGUARDED,
+    CutReadiness,
     GuardAction,
     GuardDecision,
     GuardTally,
@@ -70,6 +71,8 @@ class EpisodeRecord:
     budget_guard: bool = True
     """Whether the budget guard chooses this episode's actions with the model
     (`runtime.budget_guard`; the request's `budget_guard: false` turns it off)."""
+    cut_floor: float | None = None
+    """The lowest budget the episode's creation said it may be cut to (None: the card's)."""
     guard_action: GuardAction = GuardAction.NONE
     """What the guard did to the newest action."""
     guard_tally: GuardTally = field(default_factory=GuardTally)
@@ -114,6 +117,7 @@ def open_episode(
         updated_at=now,
         owner=owner,
         budget_guard=request.budget_guard is not False,
+        cut_floor=request.cut_floor,
     )
 
 
@@ -152,7 +156,11 @@ def guard_decision(record: EpisodeRecord, card: ModelCard) -> GuardDecision:
     context = record.context
     steps_left = card.max_episode_len - context.step
     return card.guard.decide(
-        context.remaining_cost, steps_left, record.deterministic, card.max_episode_len
+        context.remaining_cost,
+        steps_left,
+        record.deterministic,
+        card.max_episode_len,
+        CutReadiness(context.total_cost, record.cut_floor),
     )
 
 
@@ -250,6 +258,7 @@ def episode_public(
         expires_at=expires_at,
         warnings=card.budget_warnings(context.target_cost) if card is not None else [],
         budget_guard=record.budget_guard,
+        cut_floor=record.cut_floor,
         guarded_steps=record.guard_tally.guarded_steps,
         revision=record.revision,
     )

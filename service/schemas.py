@@ -117,6 +117,12 @@ class EpisodeCreate(RequestModel):
         default=None,
         description="false turns the budget guard off for this episode; absent or null: on",
     )
+    cut_floor: NonNegativeFloat | None = Field(
+        default=None,
+        description="the lowest cost limit this episode's budget may be cut to: the budget "
+        "guard keeps that much unspent through the model card's share of the episode (its "
+        "budget_guard.cut_ready_until), at some reward; absent or null: the card's own",
+    )
 
 
 class StepRequest(RequestModel):
@@ -212,6 +218,9 @@ class EpisodePublic(WireModel):
     expires_at: float = Field(description="unix time the episode expires if left idle")
     warnings: list[str] = Field(default_factory=list)
     budget_guard: bool = True
+    cut_floor: float | None = Field(
+        default=None, description="the cut floor this episode named at its creation"
+    )
     guarded_steps: int = Field(default=0, description="actions the budget guard changed so far")
     revision: int | None = Field(default=None, description=REVISION_DOC)
 

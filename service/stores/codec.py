@@ -25,17 +25,19 @@ from runtime.context import EpisodeContext, restore_rng
 from service.episode_state import EpisodeRecord
 from service.errors import RecordFormatError
 
-RECORD_FORMAT = 3
+RECORD_FORMAT = 4
 """Version of `encode_record`; bump it whenever its layout (or the context's) changes."""
-_RECORD = struct.Struct("<B?QQdd?BIIII")
+_RECORD = struct.Struct("<B?QQdd?BIIIId")
 """format, deterministic, seed, revision, created_at, updated_at; budget_guard, the newest
 guard action (its index in `GUARD_ACTIONS`), guarded steps with less noise, with the mean
-action, with the fallback, by the shield. Little-endian."""
+action, with the fallback, by the shield; the episode's cut floor (NaN: none). Little-endian."""
+_RECORD_V3 = struct.Struct("<B?QQdd?BIIII")
+"""Format 3: format 4 without the cut floor."""
 _RECORD_V2 = struct.Struct("<B?QQdd?BIII")
 """Format 2: format 3 without the shield's count."""
 _RECORD_V1 = struct.Struct("<B?QQdd")
 """Format 1: format, deterministic, seed, revision, created_at, updated_at."""
-_READABLE = {RECORD_FORMAT: _RECORD, 2: _RECORD_V2, 1: _RECORD_V1}
+_READABLE = {RECORD_FORMAT: _RECORD, 3: _RECORD_V3, 2: _RECORD_V2, 1: _RECORD_V1}
 """The record formats this release reads, with their fixed fields."""
 _LENGTH = struct.Struct("<H")
 """Byte length of each string field (ids, names and digests are far shorter than 64 KiB)."""
@@ -62,6 +64,7 @@ def encode_record(record: EpisodeRecord) -> bytes:
         *(record.created_at, record.updated_at),
         *(record.budget_guard, GUARD_ACTIONS.index(record.guard_action)),
         *(tally.less_noise, tally.mean_action, tally.fallback, tally.shield),
+        math.nan if record.cut_floor is None else record.cut_floor,
     )
     texts = (record.episode_id, record.model, record.model_version, record.owner)
     encoded = [text.encode() for text in texts]
@@ -81,7 +84,8 @@ def decode_record(data: bytes) -> EpisodeRecord:
         )
     try:
         _, deterministic, seed, revision, created_at, updated_at, *guard = layout.unpack_from(data)
-        budget_guard, action, counts = (guard[0], guard[1], guard[2:]) if guard else (True, 0, ())
+        budget_guard, action, counts = (guard[0], guard[1], guard[2:6]) if guard else (True, 0, ())
+        cut_floor = guard[6] if len(guard) > 6 and not math.isnan(guard[6]) else None
         offset, texts = layout.size, []
         for _ in range(4):  # episode_id, model, model_version, owner
             (length,) = _LENGTH.unpack_from(data, offset)
@@ -105,6 +109,7 @@ def decode_record(data: bytes) -> EpisodeRecord:
         revision=revision,
         owner=owner,
         budget_guard=budget_guard,
+        cut_floor=cut_floor,
         guard_action=guard_action,
         guard_tally=GuardTally(*counts),
     )

@@ -28,6 +28,10 @@ def test_rows_cover_every_budget_in_both_modes_then_the_cut_at_half_the_episode(
         RowSpec(10.0, False), RowSpec(10.0, True), RowSpec(20.0, False), RowSpec(20.0, True),
     ]  # fmt: skip
     assert specs[4] == RowSpec(40.0, False, ((0, 40.0), (100, 10.0)))
+    assert specs[6:] == [  # the same cut, announced: the episodes name 10 as their floor
+        RowSpec(40.0, False, ((0, 40.0), (100, 10.0)), 10.0),
+        RowSpec(40.0, True, ((0, 40.0), (100, 10.0)), 10.0),
+    ]
     assert specs[4].schedule_text == "0:40,100:10" and specs[0].schedule_text == ""
     assert len(row_specs([10.0], None, 200)) == 2
     assert parse_cut("40:10") == (40.0, 10.0) and parse_cut("none") is None

@@ -12,6 +12,7 @@ from runtime.budget_guard import (
     DEFAULT_GUARD,
     UNGUARDED,
     BudgetGuard,
+    CutReadiness,
     GuardAction,
     GuardTally,
 )
@@ -88,6 +89,39 @@ def test_decide_paces_the_budget_told_from_a_share_at_the_start_to_all_at_the_en
     assert guard.decide(40.0, 50, True, episode_len=100).cost_left_fed == 30.0
     assert guard.decide(20.0, 25, True, episode_len=100).cost_left_fed == 17.5
     assert guard.decide(40.0, 100, True).cost_left_fed == 40.0  # no episode length: no pacing
+
+
+def test_cut_ready_guards_a_larger_budget_as_the_floor_until_its_share_of_the_episode() -> None:
+    guard = GUARD.model_copy(update={"cut_floor": 10.0, "cut_ready_until": 0.5})
+    start = guard.decide(40.0, 100, True, episode_len=100, cut=CutReadiness(0.0))
+    assert start.cost_left_fed == 10.0  # told the floor, not the 40 left
+    held = guard.decide(33.0, 60, False, episode_len=100, cut=CutReadiness(7.0))
+    assert held.cost_left_fed == 3.0 and held.action is GuardAction.MEAN_ACTION  # pace 3 / 60
+    spent = guard.decide(28.0, 60, False, episode_len=100, cut=CutReadiness(12.0))
+    assert spent.action is GuardAction.FALLBACK  # the floor is spent: as a budget of 10 would be
+    released = guard.decide(33.0, 50, True, episode_len=100, cut=CutReadiness(7.0))
+    assert released == UNGUARDED  # half the episode gone: the whole budget again
+    assert guard.decide(8.0, 100, True, episode_len=100, cut=CutReadiness(2.0)) == GUARD.decide(
+        8.0, 100, True, episode_len=100
+    )  # a budget under the floor is its own
+    assert guard.decide(40.0, 100, True) == GUARD.decide(40.0, 100, True)  # no episode length
+
+
+def test_an_episodes_own_cut_floor_overrides_the_cards() -> None:
+    guard = GUARD  # no floor on the card: cut readiness is the episode's to ask for
+    assert guard.decide(40.0, 100, True, episode_len=100) == UNGUARDED
+    asked = guard.decide(40.0, 100, True, episode_len=100, cut=CutReadiness(0.0, floor=15.0))
+    assert asked.cost_left_fed == 15.0
+    carded = guard.model_copy(update={"cut_floor": 10.0})
+    assert carded.decide(40.0, 100, True, 100, CutReadiness(0.0, floor=0.0)) == UNGUARDED
+
+
+def test_cut_ready_shield_watches_the_floor() -> None:
+    guard = GUARD.model_copy(
+        update={"cut_floor": 10.0, "cut_ready_until": 0.5, "shield_margin": 15.0}
+    )
+    assert guard.decide(40.0, 100, True, episode_len=100).shield_risk == guard.shield_risk
+    assert guard.decide(40.0, 40, True, episode_len=100).shield_risk is None  # released
 
 
 def test_guard_refuses_a_full_noise_pace_below_the_mean_action_pace() -> None:

@@ -126,6 +126,20 @@ def test_guard_follows_a_budget_changed_mid_episode_at_once(guarded_client: Test
     assert step(guarded_client, episode_id, 0.0, 3)["guard_action"] == "none"
 
 
+def test_an_episode_that_names_a_cut_floor_is_guarded_as_that_budget_until_half_way(
+    guarded_client: TestClient,
+) -> None:
+    """40 to spend, but a cut to 5 may come: early steps are guarded as a budget of 5 would be."""
+    start = {"target_cost": 40.0, "cut_floor": 5.0}
+    assert guard_actions(guarded_client, [4.0], target_cost=40.0) == ["none", "none"]
+    assert guard_actions(guarded_client, [4.0], **start) == ["less_noise", "fallback"]
+    started = guarded_client.post("/v1/episodes", json=START | start).json()
+    state = guarded_client.get(f"/v1/episodes/{started['episode_id']}").json()
+    assert state["cut_floor"] == 5.0 and state["remaining_cost"] == 40.0
+    refused = guarded_client.post("/v1/episodes", json=START | {"cut_floor": -1.0})
+    assert refused.status_code == 422 and refused.json()["field"] == "cut_floor"
+
+
 def test_retried_step_repeats_the_guards_answer_and_counts_once(
     guarded_client: TestClient,
 ) -> None:
@@ -174,6 +188,8 @@ def test_stream_start_takes_budget_guard_and_its_end_counts_guarded_steps(
         assert ws.receive_json()["guard_action"] == "fallback"
         ws.send_json({"type": "end", "episode_id": guarded["episode_id"]})
         ended = ws.receive_json()
+        ws.send_json({"type": "start", **START, "target_cost": 40.0, "cut_floor": 5.0})
+        assert ws.receive_json()["guard_action"] == "less_noise"  # guarded as a budget of 5
     assert ended["type"] == "ended" and ended["guarded_steps"] == 1
 
 
@@ -238,6 +254,15 @@ def test_policy_client_sends_budget_guard_false_only_when_asked(
         ended = client.close_episode(off.episode_id)
     assert default.budget_guard and not off.budget_guard
     assert not ended.budget_guard and ended.guarded_steps == 0
+
+
+def test_policy_client_sends_an_episodes_cut_floor(guarded_client: TestClient) -> None:
+    from clients.client import PolicyClient
+
+    with PolicyClient("http://testserver", http_client=guarded_client) as client:
+        ready = client.create_episode("toy", 50.0, 40.0, OBSERVATION, seed=1, cut_floor=5.0)
+        plain = client.create_episode("toy", 50.0, 40.0, OBSERVATION, seed=1)
+    assert ready.guard_action == "less_noise" and plain.guard_action == "none"
 
 
 class CostlyEnv:

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 import pytest
 
+from runtime.budget_guard import BudgetGuard
 from runtime.card import ModelCard
+from runtime.episodes import EpisodePolicy, EpisodeSpec, decide
 from service.episode_state import (
     EpisodeRecord,
     act,
     advance,
     episode_public,
     episode_summary,
+    guard_decision,
     is_retry,
     next_revision,
     open_episode,
@@ -153,3 +157,27 @@ def test_episode_summary_counts_steps_from_one() -> None:
     record = next_revision(opened(), advance(opened().context, step_request(), CARD), now=1.0)
     summary = episode_summary(record)
     assert (summary.steps, summary.total_reward, summary.total_cost) == (2, 2.0, 3.0)
+
+
+def test_guard_decision_is_the_offline_loops_with_the_cost_spent() -> None:
+    """A cut-ready guard depends on the cost spent so far: served and offline pass the same."""
+    guard = BudgetGuard(
+        fallback_margin=0.0, hidden_reserve=0.0, cut_floor=12.0, cut_ready_until=0.5
+    )
+    card = CARD.model_copy(update={"budget_guard": guard})
+    record = opened(target_cost=40.0)
+    for number in range(1, 4):  # 9 spent of 40: 3 left of the floor
+        record = dataclasses.replace(
+            record, context=advance(record.context, step_request(step=number), card)
+        )
+    policy = EpisodePolicy(
+        lambda window: window, 4, 2, [-1.0, -1.0], [1.0, 1.0], budget_guard=guard,
+        max_episode_len=100,
+    )  # fmt: skip
+    spec = EpisodeSpec(7, 50.0, 40.0, deterministic=False, budget_guard=True)
+    served = guard_decision(record, card)
+    assert served == decide(policy, spec, record.context)
+    assert served.cost_left_fed == 3.0
+    early = opened(target_cost=40.0)  # nothing spent: told the floor, not the 40 left
+    assert guard_decision(early, card) == decide(policy, spec, early.context)
+    assert guard_decision(early, card).cost_left_fed == 12.0

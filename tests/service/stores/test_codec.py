@@ -2,11 +2,14 @@
 
 `GOLDEN` (format 1) was written by the release before the codec moved here, and before the
 budget guard: records already in Redis must still decode. `GOLDEN_V2` pins format 2, which adds
-the guard's flag, newest action and counts; format 3 adds the shield's count.
+the guard's flag, newest action and counts; format 3 adds the shield's count (`GOLDEN_V3`), format
+4 the episode's cut floor.
 """
 
 from __future__ import annotations
 
+import math
+import struct
 from dataclasses import replace
 from typing import Any
 
@@ -49,6 +52,11 @@ GOLDEN_V2 = bytes.fromhex(
     "000000"
 )
 """`guarded_golden_record()` in format 2."""
+V2_FIXED = 48
+"""Format 2's fixed fields; format 3 adds the shield's 4-byte count after them."""
+GOLDEN_V3 = bytes([3]) + GOLDEN_V2[1:V2_FIXED] + bytes(4) + GOLDEN_V2[V2_FIXED:]
+"""`guarded_golden_record()` in format 3 (no shield steps)."""
+NO_CUT_FLOOR = struct.pack("<d", math.nan)
 CARD = ModelCard(
     name="toy",
     version="3",
@@ -123,18 +131,26 @@ def test_golden_record_of_format_1_decodes_with_the_guard_on_and_nothing_counted
     assert restored.guard_tally == GuardTally()
     assert_same_context(restored.context, expected.context)
     rewritten = encode_record(restored)  # written back in this release's format
-    assert rewritten[0] == RECORD_FORMAT == 3 and rewritten[1:34] == GOLDEN[1:34]
+    assert rewritten[0] == RECORD_FORMAT == 4 and rewritten[1:34] == GOLDEN[1:34]
     assert replace(decode_record(rewritten), context=expected.context) == expected
 
 
-def test_golden_record_of_format_2_decodes_and_is_written_back_with_no_shield_steps() -> None:
+def test_golden_records_of_formats_2_and_3_decode_and_are_written_back_in_format_4() -> None:
     expected = guarded_golden_record()
-    restored = decode_record(GOLDEN_V2)
-    assert replace(restored, context=expected.context) == expected
-    assert_same_context(restored.context, expected.context)
-    fixed = 48  # format 2's fixed fields; format 3 adds the shield's 4-byte count after them
-    format_3 = bytes([3]) + GOLDEN_V2[1:fixed] + bytes(4) + GOLDEN_V2[fixed:]
-    assert encode_record(expected) == format_3 and encode_record(restored) == format_3
+    format_4 = bytes([4]) + GOLDEN_V3[1 : V2_FIXED + 4] + NO_CUT_FLOOR + GOLDEN_V3[V2_FIXED + 4 :]
+    for golden in (GOLDEN_V2, GOLDEN_V3):
+        restored = decode_record(golden)
+        assert replace(restored, context=expected.context) == expected
+        assert restored.cut_floor is None
+        assert_same_context(restored.context, expected.context)
+        assert encode_record(restored) == format_4
+    assert encode_record(expected) == format_4
+
+
+def test_record_keeps_the_episodes_cut_floor() -> None:
+    record = replace(guarded_golden_record(), cut_floor=10.0)
+    assert decode_record(encode_record(record)).cut_floor == 10.0
+    assert decode_record(encode_record(replace(record, cut_floor=0.0))).cut_floor == 0.0
 
 
 def test_record_keeps_the_shields_count() -> None:
