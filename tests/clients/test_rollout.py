@@ -52,8 +52,9 @@ def test_parse_cost_schedule_rejects_bad_entries(text: str) -> None:
 @pytest.mark.slow
 def test_run_rollouts_plays_whole_episodes_and_changes_the_budget(ballrun_url: str) -> None:
     config = RolloutConfig(
-        server=ballrun_url, model="toy", episodes=2, cost_schedule=((0, 20.0), (30, 5.0))
-    )
+        server=ballrun_url, model="toy", episodes=2, cost_schedule=((0, 20.0), (30, 5.0)),
+        cut_floor=5.0,
+    )  # fmt: skip
     outcomes = run_rollouts(config)
     assert [o.steps for o in outcomes] == [100, 100]
     assert all(o.budget_changes == [(30, 5.0)] for o in outcomes)
@@ -135,6 +136,7 @@ def test_check_schedule_refuses_changes_that_would_never_apply() -> None:
         (["--cost-schedule", "100"], "expected STEP:LIMIT"),
         (["--json", "/no/such/dir/out.json"], "does not exist"),
         (["--seed", "-1"], "must be at least 0, got -1"),
+        (["--cut-floor", "-5"], "--cut-floor: must be a finite number >= 0"),
         (["--target-reward", "-1e9", "--episodes", "0"], "--episodes: must be at least 1"),
         (["--server", "http://127.0.0.1:9"], "is `cdt serve` running"),
     ],
