@@ -109,7 +109,7 @@ def rollout_config(
     return RolloutConfig(
         server=server, model=model, episodes=episodes, cost_limit=spec.budget,
         cost_schedule=spec.schedule, seed=first, deterministic=spec.deterministic,
-        budget_guard=guard, cut_floor=spec.cut_floor,
+        budget_guard=guard, cut_floor=spec.cut_floor, announce_cuts=False,
     )  # fmt: skip
 
 

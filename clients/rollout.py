@@ -57,7 +57,20 @@ class RolloutConfig:
     """The service's budget guard for these episodes (`--no-budget-guard`: off)."""
     cut_floor: float | None = None
     """The lowest budget the episodes may be cut to, for the guard to keep ready (`--cut-floor`;
-    None: the card's)."""
+    None: what `announce_cuts` gives)."""
+    announce_cuts: bool = True
+    """Without a `cut_floor`: a schedule that cuts below its starting limit names its lowest
+    later limit as the episodes' cut floor, as a controller that knows its schedule would
+    (`--no-announce-cuts`: say nothing, as one that does not)."""
+
+    def announced_floor(self) -> float | None:
+        """The cut floor the episodes name at their creation (None: none, the card's)."""
+        if self.cut_floor is not None or not self.announce_cuts:
+            return self.cut_floor
+        schedule = dict(self.cost_schedule)
+        start = schedule.pop(0, self.cost_limit)
+        lowest = min(schedule.values(), default=start)
+        return lowest if lowest < start else None
 
 
 @dataclass(frozen=True)
@@ -78,6 +91,8 @@ class EpisodeOutcome:
     """Distinct warnings the service sent (e.g. a budget outside the validated range)."""
     guarded_steps: int = 0
     """Actions the service's budget guard changed (its episode summary's count)."""
+    cut_floor: float | None = None
+    """The cut floor the episode named at its creation (None: none)."""
 
     @property
     def over_budget(self) -> bool:
@@ -88,6 +103,8 @@ class EpisodeOutcome:
         limits = f"limit {self.initial_limit:g}" + "".join(
             f" -> {limit:g} at step {step}" for step, limit in self.budget_changes
         )
+        if self.cut_floor is not None:
+            limits += f", cut floor {self.cut_floor:g} announced"
         verdict = "OVER budget" if self.over_budget else "within budget"
         return (
             f"seed {self.seed}: steps {self.steps} reward {self.reward:.1f} cost {self.cost:.1f} "
@@ -144,7 +161,7 @@ def run_episode(
         seed=seed,
         deterministic=config.deterministic,
         budget_guard=config.budget_guard,
-        cut_floor=config.cut_floor,
+        cut_floor=config.announced_floor(),
     )
     episode_id, steps, totals, changes = answer.episode_id, 0, [0.0, 0.0], []
     warnings = dict.fromkeys(answer.warnings)
@@ -173,7 +190,7 @@ def run_episode(
     scores = _normalised(model, totals[0], totals[1], cost_limit)
     return EpisodeOutcome(
         seed, steps, totals[0], totals[1], initial_limit, cost_limit, *scores, changes,
-        list(warnings), ended.guarded_steps,
+        list(warnings), ended.guarded_steps, config.announced_floor(),
     )  # fmt: skip
 
 
@@ -315,8 +332,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--cut-floor",
         type=budget,
-        help="the lowest limit a --cost-schedule may cut to: the guard keeps it unspent "
-        "through the card's share of each episode (half by default), at some reward",
+        help="the lowest limit the episodes may be cut to: the guard keeps it unspent through "
+        "the card's share of each episode (half by default), at some reward (default: the "
+        "lowest limit a --cost-schedule cuts to)",
+    )
+    parser.add_argument(
+        "--no-announce-cuts",
+        dest="announce_cuts",
+        action="store_false",
+        help="do not tell the service about a --cost-schedule's cut in advance",
     )
     parser.add_argument("--token", help="bearer token, if the service requires one")
     parser.add_argument("--json", type=Path, help="write per-episode results and summary here")
@@ -364,6 +388,7 @@ def main(argv: list[str] | None = None) -> None:
         force=args.force,
         budget_guard=args.budget_guard,
         cut_floor=args.cut_floor,
+        announce_cuts=args.announce_cuts,
     )
     _check_json(args.json, args.force)
     if (

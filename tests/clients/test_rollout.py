@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -52,11 +53,11 @@ def test_parse_cost_schedule_rejects_bad_entries(text: str) -> None:
 @pytest.mark.slow
 def test_run_rollouts_plays_whole_episodes_and_changes_the_budget(ballrun_url: str) -> None:
     config = RolloutConfig(
-        server=ballrun_url, model="toy", episodes=2, cost_schedule=((0, 20.0), (30, 5.0)),
-        cut_floor=5.0,
-    )  # fmt: skip
+        server=ballrun_url, model="toy", episodes=2, cost_schedule=((0, 20.0), (30, 5.0))
+    )
     outcomes = run_rollouts(config)
     assert [o.steps for o in outcomes] == [100, 100]
+    assert all(o.cut_floor == 5.0 for o in outcomes)  # the schedule's cut, announced
     assert all(o.budget_changes == [(30, 5.0)] for o in outcomes)
     assert all(o.cost_limit == 5.0 for o in outcomes)
     assert all(o.normalised_reward == pytest.approx(o.reward) for o in outcomes)  # range 0..100
@@ -82,7 +83,7 @@ def test_rollout_cli_prints_verdicts_budget_changes_and_the_share_over(
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line.startswith("seed ")]
     assert len(lines) == 2
-    assert all("limit 20 -> 5 at step 30" in line for line in lines)
+    assert all("limit 20 -> 5 at step 30, cut floor 5 announced" in line for line in lines)
     assert all(line.endswith(("within budget", "OVER budget")) for line in lines)
     summary = json.loads(out.splitlines()[-1])  # the summary is the last line, one JSON line
     assert summary["episodes"] == 2 and summary["safe"] == (summary["episodes_over_budget"] == 0)
@@ -111,6 +112,16 @@ def test_rollout_cli_refuses_before_the_first_episode(
 
 def _outcome(seed: int, cost: float) -> EpisodeOutcome:
     return EpisodeOutcome(seed, 100, 400.0 + seed, cost, 10.0, 10.0, 0.8, cost / 10.0)
+
+
+def test_a_schedule_that_cuts_announces_its_lowest_later_limit_unless_told_not_to() -> None:
+    cut = RolloutConfig(server="s", model="m", cost_schedule=((0, 40.0), (100, 10.0), (150, 20.0)))
+    assert cut.announced_floor() == 10.0
+    assert replace(cut, announce_cuts=False).announced_floor() is None
+    assert replace(cut, cut_floor=5.0, announce_cuts=False).announced_floor() == 5.0
+    raised = RolloutConfig(server="s", model="m", cost_limit=10.0, cost_schedule=((50, 40.0),))
+    assert raised.announced_floor() is None  # no cut below the start: nothing to keep ready
+    assert RolloutConfig(server="s", model="m").announced_floor() is None
 
 
 def test_summary_is_safe_only_when_no_episode_went_over() -> None:
