@@ -117,6 +117,10 @@ class BudgetGuard(BaseModel):
     cut_floor: float = Field(default=0.0, ge=0)
     """The lowest budget a controller may cut an episode to (0: none); an episode may name its
     own (`cut_floor` at its creation)."""
+    cut_ready_from: float = Field(default=0.0, ge=0)
+    """The card's `cut_floor` holds only episodes whose cost limit is at least this (0: every
+    one above the floor): a model that spends little of a small budget early keeps a cut
+    without being held. An episode's own floor holds whatever its limit."""
     cut_ready_until: float = Field(default=0.5, ge=0, le=1)
     """Share of the episode through which the guard treats a budget above the cut floor as the
     floor (the budget told, the noise, the fallback and the shield all act on it), so a cut to
@@ -154,7 +158,10 @@ class BudgetGuard(BaseModel):
     ) -> float:
         """The budget left the guard acts on: what is left of the cut floor while the episode is
         kept ready for a cut to it, else the episode's own."""
-        floor = self.cut_floor if cut.floor is None else cut.floor
+        floor = cut.floor
+        if floor is None:  # the card's, for limits from `cut_ready_from` up
+            limit = remaining_cost + cut.cost_spent
+            floor = self.cut_floor if limit >= self.cut_ready_from else 0.0
         if floor == 0 or _done(steps_left, episode_len) >= self.cut_ready_until:
             return remaining_cost
         return min(remaining_cost, max(floor - cut.cost_spent, 0.0))

@@ -107,6 +107,14 @@ def test_cut_ready_guards_a_larger_budget_as_the_floor_until_its_share_of_the_ep
     assert guard.decide(40.0, 100, True) == GUARD.decide(40.0, 100, True)  # no episode length
 
 
+def test_the_cards_cut_floor_holds_only_limits_from_cut_ready_from() -> None:
+    guard = GUARD.model_copy(update={"cut_floor": 10.0, "cut_ready_from": 30.0})
+    assert guard.decide(40.0, 100, True, 100, CutReadiness(0.0)).cost_left_fed == 10.0
+    assert guard.decide(16.0, 100, True, 100, CutReadiness(4.0)) == UNGUARDED  # a limit of 20
+    asked = guard.decide(16.0, 100, True, 100, CutReadiness(4.0, floor=10.0))
+    assert asked.cost_left_fed == 6.0  # an episode's own floor holds whatever its limit
+
+
 def test_an_episodes_own_cut_floor_overrides_the_cards() -> None:
     guard = GUARD  # no floor on the card: cut readiness is the episode's to ask for
     assert guard.decide(40.0, 100, True, episode_len=100) == UNGUARDED
