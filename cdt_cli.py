@@ -38,6 +38,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "training.evaluation.shield",
         "choose the budget guard's shield on the selection seeds",
     ),
+    "cut-ready": (
+        "training.evaluation.cut_ready",
+        "choose whether the budget guard keeps episodes ready for a budget cut",
+    ),
     "evaluate": ("training.evaluation.evaluate", "evaluate an exported policy in the simulator"),
     "sweeps": (
         "training.evaluation.sweeps",

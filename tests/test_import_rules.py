@@ -45,6 +45,7 @@ LAYERS = {
     "baselines": "baselines",
     "evaluation": "evaluation",
     "pipeline": "orchestration",
+    "pipeline_stages": "orchestration",
     "report": "orchestration",
     "train_cli": "orchestration",
 }

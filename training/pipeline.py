@@ -4,22 +4,22 @@ Stages, each skipped when its output is already there (run the command again to 
 collect (`datasets/<task>.hdf5`), train (`runs/pipeline-<name>/`, kept checkpoints, resumed from
 `last.pt`), select (`best.pt` by the reported protocol), export (`models/<name>/`), guidance
 (`cpu-budget`, `cpu`) or calibration (`paper`), recorded in the card, the cost critic
-(`cost_critic.onnx`) and the budget guard's shield chosen with it (in the card), and evaluate
+(`cost_critic.onnx`) and the budget guard's shield chosen with it (in the card), whether the
+guard holds large budgets for a cut (in the card), and evaluate
 (`reports/<name>/evaluation_protocol.json` as served, budget guard on, and
 `evaluation_protocol_unguarded.json`, both recorded in the card). Every value is used as given
 and checked before the first stage, with the dataset (when it exists) and the model folder (one
 the pipeline did not make is never calibrated or re-evaluated). `--smoke` runs every stage
-quickly on a tiny model, to check a set-up end to end.
+quickly on a tiny model, to check a set-up end to end. The stages themselves:
+`training.pipeline_stages`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -27,16 +27,13 @@ from typing import Literal
 import tyro
 
 from runtime.arguments import AT_LEAST_0, AT_LEAST_1, unmet
-from runtime.card import read_card
-from runtime.evaluation_protocol import SELECTION_BUDGET_SCALES, SelectionRule
-from runtime.files import CARD_FILE, COST_CRITIC_FILE, ONNX_FILE, check_writable, write_atomic
+from runtime.files import CARD_FILE, check_writable, write_atomic
 from runtime.sim import check_task
 from runtime.user_errors import UserError, exit_on_user_errors
-from training.card_update import record_evaluation
-from training.collect.settings import CollectConfig
 from training.data.dataset import load_dataset
 from training.learn.config import PRESETS, parse_config
 from training.ledger import cpu_name
+from training.pipeline_stages import STAGES, Stage
 from training.train_cli import check_config, check_device
 
 logger = logging.getLogger(__name__)
@@ -44,7 +41,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PipelineConfig:
-    """Collect, train, select, export, guide or calibrate, shield, evaluate a task; rerun to go on.
+    """Collect, train, select, export, guide or calibrate, shield, cut-ready, evaluate a task;
+    rerun to go on.
 
     Stages, each skipped when its output is there (times: docs/decisions/pipeline.md):
     - collect: datasets/<task>.hdf5 (or --dataset); 47 min for CarRun's paper schedule (Zen 3)
@@ -57,6 +55,8 @@ class PipelineConfig:
     - calibrate (`paper`): the scales in models/<name>/model.json; 60 episodes per measured row
     - critic: models/<name>/cost_critic.onnx, fit on the dataset (~3 min on a core)
     - shield: the budget guard's shield in model.json, 5 settings x 240 selection episodes
+    - cut-ready: whether the guard holds budgets for a mid-episode cut, in model.json, 3
+      settings x 320 selection episodes
     - evaluate: reports/<name>/evaluation_protocol.json (guard on, as served) and
       evaluation_protocol_unguarded.json
 
@@ -197,167 +197,6 @@ class PipelineConfig:
     @property
     def report(self) -> Path:
         return Path("reports") / self.model_name / "evaluation_protocol.json"
-
-
-# The stages import their engines when they run: torch, onnx and the simulator take ~2 s to import,
-# and `--help`, a mistake or a skipped stage needs none of them.
-def collect(config: PipelineConfig) -> None:
-    from training.collect.collection import finalize, learn
-
-    collect_config = CollectConfig(task=config.task, out=config.dataset_path)
-    if config.smoke:  # one short epoch in the run's folder: the stage runs, nothing is learnt
-        collect_config = dataclasses.replace(
-            collect_config,
-            run_dir=config.run_dir / "collect",
-            epochs=1,
-            steps_per_epoch=1_000,
-            num_envs=2,
-        )
-    learn(collect_config)
-    finalize(collect_config)
-
-
-def train(config: PipelineConfig) -> None:
-    from training.learn.recorded import train_and_record
-
-    args = ["--dataset", str(config.dataset_path), *config.training_args()]
-    args += ["--eval-every", "0", "--checkpoint-every", str(config.checkpoint_every)]
-    args += ["--keep-checkpoints"]
-    args += ["--out-dir", str(config.run_dir.parent), "--run-name", config.run_dir.name]
-    if (config.run_dir / "last.pt").is_file():  # an interrupted run continues where it stopped
-        args += ["--resume", str(config.run_dir / "last.pt")]
-    train_and_record(parse_config(args))
-
-
-def select(config: PipelineConfig) -> None:
-    from training.evaluation.select_checkpoint import record_selection, select_best
-
-    episodes = 1 if config.smoke else None
-    # guided presets get no fed-budget calibration: guidance acts on the cost token instead
-    scales = SELECTION_BUDGET_SCALES if config.preset == "paper" and not config.smoke else (1.0,)
-    _, chosen = select_best(
-        config.run_dir, SelectionRule(), config.first_selected_step, scales, episodes
-    )
-    record_selection(config.run_dir, chosen)
-
-
-def export(config: PipelineConfig) -> None:
-    from training.export import export_checkpoint, quiet_exporter_logs
-
-    quiet_exporter_logs()
-    export_checkpoint(config.run_dir / "best.pt", config.model_dir, config.model_name)
-
-
-def guide(config: PipelineConfig) -> None:
-    from training.evaluation.guidance import guide_model
-
-    if config.smoke:
-        chosen = guide_model(config.model_dir, weights=(0.0,), episodes=1, workers=1)
-    else:
-        chosen = guide_model(config.model_dir)
-    if chosen is None:
-        logger.warning("no guidance weight keeps the budgets: the model ships unguided, unsafe")
-
-
-def critic(config: PipelineConfig) -> None:
-    from training.cost_critic import CriticConfig
-    from training.critic_cli import write_critic
-
-    steps = 20 if config.smoke else CriticConfig.update_steps
-    card = read_card(config.model_dir)
-    write_critic(config.model_dir, card, config.dataset_path, CriticConfig(update_steps=steps))
-
-
-def _has_critic(config: PipelineConfig) -> bool:
-    if not (config.model_dir / COST_CRITIC_FILE).is_file():
-        return False
-    return read_card(config.model_dir).cost_critic is not None
-
-
-def shield(config: PipelineConfig) -> None:
-    from training.evaluation.shield import shield_model
-
-    if config.smoke:
-        chosen = shield_model(config.model_dir, settings=((15.0, 1.0),), episodes=1, workers=1)
-    else:
-        chosen = shield_model(config.model_dir)
-    if chosen.margin == 0:
-        logger.info("the budget guard keeps its budgets without the shield: none set")
-
-
-def _finished(config: PipelineConfig, record_key: str) -> bool:
-    """Has the stage that writes `evaluation[record_key]` of the model's card finished? An
-    interrupted one left its rows there, unfinished: it runs again."""
-    if not (config.model_dir / CARD_FILE).is_file():
-        return False
-    record = (read_card(config.model_dir).evaluation or {}).get(record_key) or {}
-    return bool(record.get("finished"))
-
-
-def _guided(config: PipelineConfig) -> bool:
-    """Has guidance finished on this model, or does its preset calibrate instead?"""
-    return config.preset == "paper" or _finished(config, "guidance")
-
-
-def calibrate(config: PipelineConfig) -> None:
-    # imported here, as the other stages' modules are: `cdt pipeline --help` loads none of them
-    from training.evaluation.calibrate import calibrate_model
-
-    if config.smoke:
-        chosen = calibrate_model(config.model_dir, scales=(1.0,), episodes=1)
-    else:
-        chosen = calibrate_model(config.model_dir)
-    if chosen is None:
-        logger.warning("the mean action keeps the graph's budget scale: no calibration counted")
-
-
-def _calibrated(config: PipelineConfig) -> bool:
-    """Has calibration finished on this model (whether or not a calibration counted)?
-    `cpu-budget` and `cpu` models are guided instead (docs/decisions/cost-guidance.md)."""
-    from training.evaluation.calibrate import CALIBRATIONS
-
-    # the mean action's record: the stage calibrates it
-    return config.preset != "paper" or _finished(config, CALIBRATIONS[True].record_key)
-
-
-def evaluate(config: PipelineConfig) -> None:
-    """The reported protocol as served (budget guard on), and the model alone beside it; the
-    guarded report goes last, since its file marks the stage done."""
-    from training.evaluation.evaluate import evaluate_protocol, record_report, write_report
-
-    for guarded in (False, True):
-        result = evaluate_protocol(
-            config.model_dir,
-            episodes=config.evaluation_episodes,
-            seeds=config.evaluation_seeds,
-            workers=1 if config.smoke else 2,
-            budget_guard=guarded,
-        )
-        stem = write_report(result, config.report.parent, "protocol", guarded)
-        record_report(config.model_dir, stem, "protocol", guarded, config.task, "test")
-        record_evaluation(config.model_dir, "protocol" if guarded else "protocol/unguarded", result)
-
-
-def _trained(config: PipelineConfig) -> bool:
-    """Has the run reached its step total? (Its .json beside last.pt holds no step.)"""
-    from training.checkpoint import load_checkpoint
-
-    last = config.run_dir / "last.pt"
-    return last.is_file() and int(load_checkpoint(last)["step"]) >= config.steps
-
-
-Stage = tuple[str, Callable[[PipelineConfig], None], Callable[[PipelineConfig], bool]]
-STAGES: list[Stage] = [
-    ("collect", collect, lambda c: c.dataset_path.is_file()),
-    ("train", train, _trained),
-    ("select", select, lambda c: (c.run_dir / "best.pt").is_file()),  # training writes none
-    ("export", export, lambda c: (c.model_dir / ONNX_FILE).is_file()),
-    ("guidance", guide, _guided),
-    ("calibrate", calibrate, _calibrated),
-    ("critic", critic, _has_critic),
-    ("shield", shield, lambda c: _finished(c, "shield")),
-    ("evaluate", evaluate, lambda c: c.report.is_file()),
-]
 
 
 def _stage_seconds(path: Path) -> dict[str, float]:

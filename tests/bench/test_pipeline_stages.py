@@ -17,5 +17,6 @@ def test_stage_table_counts_dataset_to_served_without_collection(tmp_path: Path)
     rows = stage_rows(tmp_path)
     assert rows == [("cdt-carcircle", stages, "Intel(R) Xeon(R) Processor")]
     table = format_table(rows, goal_minutes=60)
-    assert "| cdt-carcircle | 40.0 | 50.0 | 10.0 | 1.0 | - | - | - | - | - | 61.0 | no |" in table
+    empty = "| - " * 6  # guidance, calibrate, critic, shield, cut-ready, evaluate: not run
+    assert f"| cdt-carcircle | 40.0 | 50.0 | 10.0 | 1.0 {empty}| 61.0 | no |" in table
     assert "| yes |" in format_table(rows, goal_minutes=90)

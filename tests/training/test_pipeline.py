@@ -12,7 +12,7 @@ from runtime import sim
 from runtime.card import read_card, update_card
 from tests.runtime.toy_env import toy_env_factory
 from tests.training.cdt_synthetic import write_dataset
-from training import pipeline
+from training import pipeline, pipeline_stages
 from training.collect import collection
 from training.evaluation import calibrate as calibration
 from training.interrupt import TrainingInterrupted
@@ -83,7 +83,7 @@ def test_pipeline_collects_into_and_trains_on_the_dataset_it_is_given(
     collected: list[Path] = []
     monkeypatch.setattr(collection, "learn", lambda c: collected.append(c.output_path))
     monkeypatch.setattr(collection, "finalize", lambda c: collected.append(c.output_path))
-    pipeline.collect(config)
+    pipeline_stages.collect(config)
     assert collected == [given, given]
     assert PipelineConfig(task="SafetyCarRun-v0").dataset_path == Path(
         "datasets/SafetyCarRun-v0.hdf5"
@@ -118,19 +118,19 @@ def test_calibration_counts_as_done_once_finished_even_when_none_counted(
     monkeypatch.chdir(tmp_path)
     config = PipelineConfig(task="SafetyCarRun-v0", preset="paper")
     shutil.copytree(exported_policy[1], config.model_dir)
-    assert not pipeline._calibrated(config)
-    assert pipeline._guided(config)  # the paper preset calibrates instead
+    assert not pipeline_stages._calibrated(config)
+    assert pipeline_stages._guided(config)  # the paper preset calibrates instead
 
     update_card(config.model_dir, evaluation={"calibration": {"finished": False, "chosen": None}})
-    assert not pipeline._calibrated(config)  # interrupted mid-way: it runs again
+    assert not pipeline_stages._calibrated(config)  # interrupted mid-way: it runs again
 
     def nothing_counted(model_dir: Path) -> None:
         update_card(model_dir, evaluation={"calibration": {"finished": True, "chosen": None}})
 
     monkeypatch.setattr(calibration, "calibrate_model", nothing_counted)  # the stage imports it
-    pipeline.calibrate(config)  # the pipeline goes on to evaluate the uncalibrated model
+    pipeline_stages.calibrate(config)  # the pipeline goes on to evaluate the uncalibrated model
     assert "keeps the graph's budget scale" in caplog.text
-    assert pipeline._calibrated(config)
+    assert pipeline_stages._calibrated(config)
 
 
 def test_guided_presets_run_guidance_until_it_finished_instead_of_calibration(
@@ -139,11 +139,11 @@ def test_guided_presets_run_guidance_until_it_finished_instead_of_calibration(
     monkeypatch.chdir(tmp_path)
     config = PipelineConfig(task="SafetyCarRun-v0")  # cpu-budget
     shutil.copytree(exported_policy[1], config.model_dir)
-    assert pipeline._calibrated(config) and not pipeline._guided(config)
+    assert pipeline_stages._calibrated(config) and not pipeline_stages._guided(config)
     update_card(config.model_dir, evaluation={"guidance": {"weights": [], "finished": False}})
-    assert not pipeline._guided(config)  # interrupted mid-way: it runs again
+    assert not pipeline_stages._guided(config)  # interrupted mid-way: it runs again
     update_card(config.model_dir, evaluation={"guidance": {"weights": [], "finished": True}})
-    assert pipeline._guided(config)
+    assert pipeline_stages._guided(config)
 
 
 @pytest.mark.slow
@@ -174,23 +174,24 @@ def test_pipeline_smoke_runs_every_stage_on_a_tiny_dataset(
     assert config.report.is_file()
     assert config.report.with_name("evaluation_protocol_unguarded.json").is_file()
     totals = json.loads(config.stage_seconds.read_text())
-    stages = ["train", "select", "export", "guidance", "critic", "shield", "evaluate"]
+    stages = ["train", "select", "export", "guidance", "critic", "shield", "cut-ready", "evaluate"]
     assert list(totals) == stages  # the dataset was there
     assert card.cost_critic is not None and (card.evaluation or {})["shield"]["finished"]
+    assert (card.evaluation or {})["cut_ready"]["finished"]
     assert (card.evaluation or {})["guidance"]["finished"]
     assert "cdt-ballrun-smoke:" in capsys.readouterr().out
     assert not Path(tmp_path / "datasets").exists()
     # every run the pipeline made is in the ledger, as if each command had been run by hand
     entries = read_ledger(private_ledger)
     assert [entry.command for entry in entries] == [
-        "train", "select", "guidance", "critic", "shield", "evaluate", "evaluate",
+        "train", "select", "guidance", "critic", "shield", "cut-ready", "evaluate", "evaluate",
     ]  # fmt: skip
     assert entries[0].outcome == "done" and entries[0].steps == 20
     assert entries[0].subject == str(config.run_dir)
     assert entries[1].split == "selection" and entries[1].outcome.startswith("best step ")
-    assert [entry.split for entry in entries[5:]] == ["test", "test"]
-    assert entries[6].outcome.startswith("protocol: ")  # guarded, written last
-    assert entries[5].outcome.startswith("protocol, unguarded: ")
+    assert [entry.split for entry in entries[6:]] == ["test", "test"]
+    assert entries[7].outcome.startswith("protocol: ")  # guarded, written last
+    assert entries[6].outcome.startswith("protocol, unguarded: ")
 
 
 @pytest.mark.parametrize(

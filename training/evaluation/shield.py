@@ -105,7 +105,7 @@ def shielded_guard(guard: BudgetGuard, margin: float, risk: float) -> BudgetGuar
     return guard.model_copy(update={"shield_margin": margin, "shield_risk": risk})
 
 
-def _copy_with_guard(model_dir: Path, into: Path, guard: BudgetGuard) -> Path:
+def copy_with_guard(model_dir: Path, into: Path, guard: BudgetGuard) -> Path:
     """A copy of the model (graphs included) whose card asks for `guard`, for the workers."""
     shutil.copytree(model_dir, into)
     update_card(into, budget_guard=guard.model_dump(), budget_guard_measured=None)
@@ -123,7 +123,7 @@ def measure_shields(
     measured = []
     with tempfile.TemporaryDirectory(prefix="cdt-shield-") as scratch:
         for margin, risk in settings:
-            copy = _copy_with_guard(
+            copy = copy_with_guard(
                 model_dir, Path(scratch) / f"m{margin:g}-r{risk:g}",
                 shielded_guard(card.guard, margin, risk),
             )  # fmt: skip

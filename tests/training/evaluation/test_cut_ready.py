@@ -1,0 +1,96 @@
+"""`cdt cut-ready`: the choice of a hold for budget cuts, the card's record, a short real run."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runtime.budget_guard import BudgetGuard
+from runtime.card import read_card
+from runtime.evaluation_protocol import BudgetRow
+from runtime.policy import Policy
+from tests.service.toy_policy import write_test_policy
+from training.evaluation import cut_ready as cut_ready_module
+from training.evaluation.cut_ready import CutCandidate, CutRow, choose, held_guard, main, measure
+
+TASK = "SafetyBallRun-v0"  # obs_dim 7, act_dim 2, 100-step episodes
+
+
+def candidate(
+    ready_from: float | None, share_over: float, reward: float, cut_over: float
+) -> CutCandidate:
+    rows = [
+        BudgetRow(
+            target_reward=50.0,
+            target_cost=budget,
+            deterministic=mode,
+            episodes=20,
+            reward_mean=reward,
+            reward_std=1.0,
+            cost_mean=budget / 2,
+            cost_std=1.0,
+            normalised_reward=reward,
+            normalised_cost=0.5,
+            share_over_budget=share_over,
+        )
+        for budget in (10.0, 20.0, 40.0)
+        for mode in (False, True)
+    ]
+    cut_rows = [CutRow(mode, 20, cut_over, 8.0, reward) for mode in (False, True)]
+    return CutCandidate(ready_from, rows, cut_rows)
+
+
+def test_choose_holds_only_where_it_keeps_more_cuts_within_the_reward_bar() -> None:
+    unheld = candidate(None, 0.0, 60.0, 0.6)
+    costly, cheap = candidate(0.0, 0.0, 50.0, 0.0), candidate(30.0, 0.0, 59.0, 0.05)
+    assert choose([unheld, costly, cheap], 0.025, 3.0) is cheap  # costly gives up 10 points
+    assert choose([unheld, costly], 0.025, 3.0) is unheld  # no hold within the bar
+    kept_anyway = candidate(None, 0.0, 60.0, 0.0)
+    assert choose([kept_anyway, cheap], 0.025, 3.0) is kept_anyway  # nothing to gain
+    riskier = candidate(30.0, 0.05, 60.0, 0.0)
+    assert choose([unheld, riskier], 0.025, 3.0) is unheld  # steady budgets come first
+    both = [unheld, candidate(0.0, 0.0, 58.0, 0.05), candidate(30.0, 0.0, 59.0, 0.05)]
+    assert choose(both, 0.025, 3.0) is both[2]  # equal cuts: the higher reward
+
+
+def test_held_guard_sets_the_floor_and_where_it_starts() -> None:
+    guard = BudgetGuard(shield_margin=15.0)
+    held = held_guard(guard, 30.0)
+    assert (held.cut_floor, held.cut_ready_from, held.shield_margin) == (10.0, 30.0, 15.0)
+    assert held_guard(held, None).cut_floor == 0.0
+
+
+@pytest.fixture
+def toy_policy(tmp_path: Path) -> Path:
+    directory = write_test_policy(tmp_path / "toy", observation_dim=7, action_dim=2)
+    card = json.loads((directory / "model.json").read_text())
+    card |= {"task": TASK, "budget_guard_measured": None}
+    card["default_targets"] = [{"reward": 50.0, "cost": budget} for budget in (10, 20, 40)]
+    (directory / "model.json").write_text(json.dumps(card))
+    return directory
+
+
+def test_measure_runs_every_budget_and_the_cut_with_each_hold(toy_policy: Path) -> None:
+    card = Policy.load(toy_policy).card
+    unheld, held = measure(toy_policy, card, [None, 0.0], 1, 1)
+    assert (unheld.ready_from, held.ready_from) == (None, 0.0)
+    assert len(held.rows) == 6 and [row.deterministic for row in held.cut_rows] == [False, True]
+    # the toy's action follows the cost-to-go it is told: held to 10, it acts otherwise at 40
+    assert unheld.rows[4].reward_mean != held.rows[4].reward_mean
+    assert unheld.rows[0].reward_mean == held.rows[0].reward_mean  # 10 is the floor: no hold
+
+
+def test_cdt_cut_ready_records_every_candidate_and_sets_the_chosen_guard(
+    toy_policy: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    measured = [candidate(None, 0.0, 60.0, 0.5), candidate(0.0, 0.0, 50.0, 0.0)]
+    measured.append(candidate(30.0, 0.0, 59.0, 0.05))
+    monkeypatch.setattr(cut_ready_module, "measure", lambda *args, **kw: measured)
+    main([str(toy_policy)])
+    card = read_card(toy_policy)
+    assert (card.guard.cut_floor, card.guard.cut_ready_from) == (10.0, 30.0)
+    record = (card.evaluation or {})["cut_ready"]
+    assert [entry["cut_ready_from"] for entry in record["candidates"]] == [None, 0.0, 30.0]
+    assert record["candidates"][2]["reward_given_up"] == pytest.approx(1.0)
+    assert record["chosen"] == {"cut_ready_from": 30.0} and record["finished"]
+    assert "hold to 10 from limit 30 (5% over after the cut 40 -> 10)" in capsys.readouterr().out

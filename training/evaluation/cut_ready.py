@@ -1,0 +1,251 @@
+"""`cdt cut-ready MODEL_DIR`: choose whether a model's budget guard keeps episodes ready for a cut.
+
+A budget cut from the largest reported budget to the smallest at mid-episode is kept only by an
+episode that has not spent the smaller by then. The guard can hold a larger budget to that floor
+through the first half of the episode (`cut_floor`), for every budget above the floor or only
+for limits from `cut_ready_from` up; what it holds back costs reward where the model earns more
+with more budget (docs/decisions/budget-guard.md#ready-for-a-budget-cut-2026-11-29). For the
+card's guard without a hold and with each candidate, this runs the reported budgets and the cut
+in both action modes on 40 selection episodes each, as served (guard on), and keeps:
+
+1. among the holds that give up at most `--max-reward-given-up` normalised reward points against
+   no hold in every steady row, with no more episodes over in any steady row than no hold's
+   worst share or 2.5 %, the one with the fewest episodes over after the cut (ties: the higher
+   mean reward);
+2. no hold, unless that one has fewer episodes over after the cut than no hold.
+
+Every candidate's rows go to the card's `evaluation.cut_ready`; the chosen setting to its
+`budget_guard` (which drops what the old guard measured, as `cdt guard` does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import tempfile
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runtime.arguments import CommandParser, non_negative_float, positive_int
+from runtime.budget_guard import BudgetGuard
+from runtime.card import ModelCard, read_card, update_card
+from runtime.evaluation_protocol import REPORTED_BUDGETS, BudgetRow, selection_specs
+from runtime.scores import normalised_reward
+from runtime.user_errors import exit_on_user_errors
+from training.evaluation.evaluate import RolloutJob, run_parallel, served_selection_rows
+from training.evaluation.inputs import load_policy
+from training.evaluation.shield import (
+    EPISODES,
+    MAX_REWARD_GIVEN_UP,
+    MAX_SHARE_OVER,
+    copy_with_guard,
+)
+from training.guard_cli import set_guard
+from training.ledger import LedgerEntry, record
+
+logger = logging.getLogger(__name__)
+
+CUT = (max(REPORTED_BUDGETS), min(REPORTED_BUDGETS))
+"""The cut measured: the largest reported budget to the smallest, at half the episode."""
+READY_FROM = (0.0, (sorted(REPORTED_BUDGETS)[-2] + max(REPORTED_BUDGETS)) / 2)
+"""Candidate `cut_ready_from`: every budget above the floor, or only the largest reported one
+(DroneCircle spends little of 20 early and keeps a cut from it unheld)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CutRow:
+    """The cut's episodes in one action mode."""
+
+    deterministic: bool
+    episodes: int
+    share_over: float
+    """Episodes whose cost passed the floor, the limit in force at their end."""
+    cost_mean: float
+    normalised_reward: float
+
+
+@dataclasses.dataclass(frozen=True)
+class CutCandidate:
+    """One setting measured on the selection seeds (`ready_from` None: no hold)."""
+
+    ready_from: float | None
+    rows: list[BudgetRow]
+    cut_rows: list[CutRow]
+
+    @property
+    def setting(self) -> str:
+        if self.ready_from is None:
+            return "no hold"
+        return f"hold to {CUT[1]:g} from limit {self.ready_from:g}"
+
+    @property
+    def worst_share_over(self) -> float:
+        return max(row.share_over_budget for row in self.rows)
+
+    @property
+    def cut_share_over(self) -> float:
+        return max(row.share_over for row in self.cut_rows)
+
+    @property
+    def reward(self) -> float:
+        """Mean normalised reward over the steady rows."""
+        return float(np.mean([row.normalised_reward for row in self.rows]))
+
+    def reward_given_up(self, unheld: CutCandidate) -> float:
+        """The most normalised reward points below no hold's, steady row by steady row."""
+        return max(
+            base.normalised_reward - row.normalised_reward
+            for row, base in zip(self.rows, unheld.rows, strict=True)
+        )
+
+    def as_json(self, unheld: CutCandidate) -> dict[str, Any]:
+        return {
+            "cut_ready_from": self.ready_from,
+            "worst_share_over": self.worst_share_over,
+            "cut_share_over": self.cut_share_over,
+            "reward_mean": self.reward,
+            "reward_given_up": self.reward_given_up(unheld),
+            "rows": [dataclasses.asdict(row) for row in self.rows],
+            "cut_rows": [dataclasses.asdict(row) for row in self.cut_rows],
+        }
+
+
+def held_guard(guard: BudgetGuard, ready_from: float | None) -> BudgetGuard:
+    """`guard` holding budgets from `ready_from` to the cut's floor (None: no hold)."""
+    floor = 0.0 if ready_from is None else CUT[1]
+    return guard.model_copy(update={"cut_floor": floor, "cut_ready_from": ready_from or 0.0})
+
+
+def cut_rows(model_dir: Path, card: ModelCard, episodes: int, workers: int) -> list[CutRow]:
+    """The cut in both action modes on the selection seeds, as served (guard on)."""
+    targets = [target.model_dump() for target in card.default_targets or []]
+    schedule = ((card.max_episode_len // 2, CUT[1]),)
+    jobs = [  # one per action mode, as `served_selection_rows` runs its rows
+        RolloutJob(
+            str(model_dir),
+            card.task,
+            tuple(
+                replace(spec, cost_schedule=schedule, budget_guard=True)
+                for spec in selection_specs(targets, [CUT[0]], [deterministic], episodes)
+            ),
+        )
+        for deterministic in (False, True)
+    ]
+    results = run_parallel(jobs, workers, f"cut {CUT[0]:g} -> {CUT[1]:g}")
+    reward_range = card.reward_return_range or (0.0, 1.0)
+    rows = []
+    for deterministic in (False, True):
+        mode = [result for result in results if result.spec.deterministic == deterministic]
+        costs = np.array([result.cost for result in mode])
+        reward = float(np.mean([result.reward for result in mode]))
+        share_over = float(np.mean(costs > CUT[1]))
+        scored = normalised_reward(reward, reward_range)
+        rows.append(CutRow(deterministic, len(mode), share_over, float(costs.mean()), scored))
+    return rows
+
+
+def measure(
+    model_dir: Path, card: ModelCard, settings: Sequence[float | None], episodes: int, workers: int
+) -> list[CutCandidate]:
+    """Each setting's steady and cut rows on the selection seeds."""
+    measured = []
+    with tempfile.TemporaryDirectory(prefix="cdt-cut-ready-") as scratch:
+        for number, ready_from in enumerate(settings):
+            guard = held_guard(card.guard, ready_from)
+            copy = copy_with_guard(model_dir, Path(scratch) / f"c{number}", guard)
+            label = CutCandidate(ready_from, [], []).setting
+            rows = served_selection_rows(copy, card, episodes, workers, label)
+            measured.append(CutCandidate(ready_from, rows, cut_rows(copy, card, episodes, workers)))
+            logger.info("%s: %.0f %% over after the cut", label, 100 * measured[-1].cut_share_over)
+    return measured
+
+
+def choose(
+    candidates: Sequence[CutCandidate], max_share_over: float, max_reward_given_up: float
+) -> CutCandidate:
+    """The rule of the module's docstring; `candidates[0]` is no hold."""
+    unheld = candidates[0]
+    most_over = max(max_share_over, unheld.worst_share_over)
+    admissible = [
+        candidate
+        for candidate in candidates[1:]
+        if candidate.worst_share_over <= most_over
+        and candidate.reward_given_up(unheld) <= max_reward_given_up
+        and candidate.cut_share_over < unheld.cut_share_over
+    ]
+    if not admissible:
+        return unheld
+    return min(admissible, key=lambda candidate: (candidate.cut_share_over, -candidate.reward))
+
+
+def cut_ready_model(
+    model_dir: Path,
+    settings: Sequence[float] = READY_FROM,
+    episodes: int = EPISODES,
+    max_reward_given_up: float = MAX_REWARD_GIVEN_UP,
+    workers: int = 2,
+) -> CutCandidate:
+    """Measure no hold and each setting, choose, and write the card."""
+    card = load_policy(model_dir, writes_card=True).card
+    unheld = card.guard.model_copy(update={"cut_floor": 0.0, "cut_ready_from": 0.0})
+    card = card.model_copy(update={"budget_guard": unheld})
+    candidates = measure(model_dir, card, [None, *settings], episodes, workers)
+    chosen = choose(candidates, MAX_SHARE_OVER, max_reward_given_up)
+    evaluation = dict(card.evaluation or {})
+    evaluation["cut_ready"] = {
+        "split": "selection",
+        "episodes_per_row": episodes,
+        "cut": list(CUT),
+        "max_reward_given_up": max_reward_given_up,
+        "candidates": [candidate.as_json(candidates[0]) for candidate in candidates],
+        "chosen": {"cut_ready_from": chosen.ready_from},
+        "finished": True,
+    }
+    update_card(model_dir, evaluation=evaluation)
+    set_guard(model_dir, read_card(model_dir), held_guard(card.guard, chosen.ready_from))
+    entry = LedgerEntry(
+        "cut-ready", str(model_dir), chosen.setting, task=card.task, split="selection"
+    )
+    record(entry)
+    return chosen
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = CommandParser(prog="cdt cut-ready", description=__doc__.splitlines()[0])
+    parser.add_argument("model_dir", type=Path, help="exported policy")
+    parser.add_argument(
+        "--ready-from",
+        type=non_negative_float,
+        nargs="+",
+        default=list(READY_FROM),
+        help="candidate cut_ready_from limits (0: every budget above the floor)",
+    )
+    parser.add_argument("--episodes", type=positive_int, default=EPISODES, help="episodes per row")
+    parser.add_argument(
+        "--max-reward-given-up", type=non_negative_float, default=MAX_REWARD_GIVEN_UP
+    )
+    parser.add_argument("--workers", type=positive_int, default=2, help="worker processes")
+    return parser
+
+
+@exit_on_user_errors("cdt cut-ready")
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of `cdt cut-ready`."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    args = _parser().parse_args(argv)
+    chosen = cut_ready_model(
+        args.model_dir, args.ready_from, args.episodes, args.max_reward_given_up, args.workers
+    )
+    print(
+        f"cdt cut-ready: {chosen.setting} ({chosen.cut_share_over:.0%} over after the cut "
+        f"{CUT[0]:g} -> {CUT[1]:g}) -> {args.model_dir}"
+    )
+
+
+if __name__ == "__main__":
+    main()
