@@ -67,6 +67,13 @@ async def test_stream_client_matches_the_rest_client(live_url: str) -> None:
         assert (await stream.start("toy", 50.0, 10.0, OBSERVATION, seed=6)).action == expected
 
 
+async def test_stream_client_sends_an_episodes_cut_floor(live_url: str) -> None:
+    async with connect_stream(live_url) as stream:
+        started = await stream.start("toy", 50.0, 40.0, OBSERVATION, seed=6, cut_floor=10.0)
+    with PolicyClient(live_url) as rest:
+        assert rest.get_episode(started.episode_id).cut_floor == 10.0
+
+
 async def test_stream_client_serves_concurrent_episodes_on_one_socket(live_url: str) -> None:
     async with connect_stream(live_url) as stream:
 
