@@ -34,7 +34,7 @@ import numpy as np
 from runtime.arguments import CommandParser, non_negative_float, positive_int
 from runtime.budget_guard import BudgetGuard
 from runtime.card import ModelCard, read_card, update_card
-from runtime.evaluation_protocol import REPORTED_BUDGETS, BudgetRow, selection_specs
+from runtime.evaluation_protocol import REPORTED_BUDGETS, selection_specs
 from runtime.scores import normalised_reward
 from runtime.user_errors import exit_on_user_errors
 from training.evaluation.evaluate import RolloutJob, run_parallel, served_selection_rows
@@ -43,6 +43,7 @@ from training.evaluation.shield import (
     EPISODES,
     MAX_REWARD_GIVEN_UP,
     MAX_SHARE_OVER,
+    MeasuredGuard,
     copy_with_guard,
 )
 from training.guard_cli import set_guard
@@ -70,12 +71,11 @@ class CutRow:
 
 
 @dataclasses.dataclass(frozen=True)
-class CutCandidate:
+class CutCandidate(MeasuredGuard):
     """One setting measured on the selection seeds (`ready_from` None: no hold)."""
 
-    ready_from: float | None
-    rows: list[BudgetRow]
-    cut_rows: list[CutRow]
+    cut_rows: list[CutRow] = dataclasses.field(default_factory=list)
+    ready_from: float | None = None
 
     @property
     def setting(self) -> str:
@@ -84,24 +84,8 @@ class CutCandidate:
         return f"hold to {CUT[1]:g} from limit {self.ready_from:g}"
 
     @property
-    def worst_share_over(self) -> float:
-        return max(row.share_over_budget for row in self.rows)
-
-    @property
     def cut_share_over(self) -> float:
         return max(row.share_over for row in self.cut_rows)
-
-    @property
-    def reward(self) -> float:
-        """Mean normalised reward over the steady rows."""
-        return float(np.mean([row.normalised_reward for row in self.rows]))
-
-    def reward_given_up(self, unheld: CutCandidate) -> float:
-        """The most normalised reward points below no hold's, steady row by steady row."""
-        return max(
-            base.normalised_reward - row.normalised_reward
-            for row, base in zip(self.rows, unheld.rows, strict=True)
-        )
 
     def as_json(self, unheld: CutCandidate) -> dict[str, Any]:
         return {
@@ -158,9 +142,9 @@ def measure(
         for number, ready_from in enumerate(settings):
             guard = held_guard(card.guard, ready_from)
             copy = copy_with_guard(model_dir, Path(scratch) / f"c{number}", guard)
-            label = CutCandidate(ready_from, [], []).setting
+            label = CutCandidate([], ready_from=ready_from).setting
             rows = served_selection_rows(copy, card, episodes, workers, label)
-            measured.append(CutCandidate(ready_from, rows, cut_rows(copy, card, episodes, workers)))
+            measured.append(CutCandidate(rows, cut_rows(copy, card, episodes, workers), ready_from))
             logger.info("%s: %.0f %% over after the cut", label, 100 * measured[-1].cut_share_over)
     return measured
 

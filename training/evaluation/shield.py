@@ -62,16 +62,11 @@ def describe_setting(margin: float, risk: float) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class ShieldCandidate:
-    """One shield setting measured on the selection seeds (margin 0: no shield)."""
+class MeasuredGuard:
+    """A budget guard setting's rows on the selection seeds: every reported budget and action
+    mode (`cdt shield` and `cdt cut-ready` choose among these)."""
 
-    margin: float
-    risk: float
     rows: list[BudgetRow]
-
-    @property
-    def setting(self) -> str:
-        return describe_setting(self.margin, self.risk)
 
     @property
     def worst_share_over(self) -> float:
@@ -82,12 +77,24 @@ class ShieldCandidate:
         """Mean normalised reward over the rows."""
         return float(np.mean([row.normalised_reward for row in self.rows]))
 
-    def reward_given_up(self, unshielded: ShieldCandidate) -> float:
-        """The most normalised reward points below the unshielded guard's, row by row."""
+    def reward_given_up(self, base: MeasuredGuard) -> float:
+        """The most normalised reward points below `base`'s, row by row."""
         return max(
-            base.normalised_reward - row.normalised_reward
-            for row, base in zip(self.rows, unshielded.rows, strict=True)
+            other.normalised_reward - row.normalised_reward
+            for row, other in zip(self.rows, base.rows, strict=True)
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class ShieldCandidate(MeasuredGuard):
+    """One shield setting measured on the selection seeds (margin 0: no shield)."""
+
+    margin: float = 0.0
+    risk: float = 0.0
+
+    @property
+    def setting(self) -> str:
+        return describe_setting(self.margin, self.risk)
 
     def as_json(self, unshielded: ShieldCandidate) -> dict[str, Any]:
         return {
@@ -129,7 +136,7 @@ def measure_shields(
             )  # fmt: skip
             label = describe_setting(margin, risk)
             rows = served_selection_rows(copy, card, episodes, workers, label)
-            measured.append(ShieldCandidate(margin, risk, rows))
+            measured.append(ShieldCandidate(rows, margin, risk))
             logger.info("%s: worst share over %.0f %%", label, 100 * measured[-1].worst_share_over)
     return measured
 

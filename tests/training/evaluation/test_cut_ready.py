@@ -7,9 +7,9 @@ import pytest
 
 from runtime.budget_guard import BudgetGuard
 from runtime.card import read_card
-from runtime.evaluation_protocol import BudgetRow
 from runtime.policy import Policy
 from tests.service.toy_policy import write_test_policy
+from tests.training.evaluation.guard_rows import steady_rows
 from training.evaluation import cut_ready as cut_ready_module
 from training.evaluation.cut_ready import CutCandidate, CutRow, choose, held_guard, main, measure
 
@@ -19,25 +19,9 @@ TASK = "SafetyBallRun-v0"  # obs_dim 7, act_dim 2, 100-step episodes
 def candidate(
     ready_from: float | None, share_over: float, reward: float, cut_over: float
 ) -> CutCandidate:
-    rows = [
-        BudgetRow(
-            target_reward=50.0,
-            target_cost=budget,
-            deterministic=mode,
-            episodes=20,
-            reward_mean=reward,
-            reward_std=1.0,
-            cost_mean=budget / 2,
-            cost_std=1.0,
-            normalised_reward=reward,
-            normalised_cost=0.5,
-            share_over_budget=share_over,
-        )
-        for budget in (10.0, 20.0, 40.0)
-        for mode in (False, True)
-    ]
+    rows = steady_rows(share_over, reward)
     cut_rows = [CutRow(mode, 20, cut_over, 8.0, reward) for mode in (False, True)]
-    return CutCandidate(ready_from, rows, cut_rows)
+    return CutCandidate(rows, cut_rows, ready_from)
 
 
 def test_choose_holds_only_where_it_keeps_more_cuts_within_the_reward_bar() -> None:

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 
 from runtime.card import read_card
-from runtime.evaluation_protocol import BudgetRow
 from runtime.policy import Policy
 from tests.runtime.toy_critic import write_test_critic
 from tests.service.toy_policy import write_test_policy
+from tests.training.evaluation.guard_rows import steady_rows
 from training.evaluation import shield as shield_module
 from training.evaluation.shield import ShieldCandidate, choose, main, measure_shields
 
@@ -21,24 +21,8 @@ CRITIC = {
 
 
 def candidate(margin: float, share_over: float, reward: float) -> ShieldCandidate:
-    rows = [
-        BudgetRow(
-            target_reward=50.0,
-            target_cost=budget,
-            deterministic=mode,
-            episodes=20,
-            reward_mean=reward,
-            reward_std=1.0,
-            cost_mean=budget / 2,
-            cost_std=1.0,
-            normalised_reward=reward,
-            normalised_cost=0.5,
-            share_over_budget=share_over,
-        )
-        for budget in (10.0, 20.0, 40.0)
-        for mode in (False, True)
-    ]
-    return ShieldCandidate(margin, 1.0, rows)
+    rows = steady_rows(share_over, reward)
+    return ShieldCandidate(rows, margin, 1.0)
 
 
 def test_choose_keeps_budgets_first_then_reward_within_the_reward_bar() -> None:
