@@ -78,3 +78,12 @@ def test_cdt_cut_ready_records_every_candidate_and_sets_the_chosen_guard(
     assert record["candidates"][2]["reward_given_up"] == pytest.approx(1.0)
     assert record["chosen"] == {"cut_ready_from": 30.0} and record["finished"]
     assert "hold to 10 from limit 30 (5% over after the cut 40 -> 10)" in capsys.readouterr().out
+
+
+def test_cdt_cut_ready_refuses_a_folder_without_a_model_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(tmp_path / "nothing")])
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "has no model.json" in error and error.count("\n") == 1
