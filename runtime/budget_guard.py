@@ -31,9 +31,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Literal, Self
+from typing import TYPE_CHECKING, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+if TYPE_CHECKING:
+    from runtime.context import EpisodeContext
 
 
 class GuardAction(StrEnum):
@@ -195,6 +198,16 @@ class BudgetGuard(BaseModel):
         if 0 < self.shield_margin and budget <= self.shield_margin:
             return replace(decision, shield_risk=self.shield_risk)
         return decision
+
+    def decide_newest(
+        self, context: EpisodeContext, episode_len: int, deterministic: bool, floor: float | None
+    ) -> GuardDecision:
+        """The decision for the newest step of `context` (the service and the offline loop both
+        ask this): its budget left, its steps left to `episode_len`, its cost spent and the cut
+        floor its creation named (None: the card's)."""
+        cut = CutReadiness(context.total_cost, floor)
+        steps_left = episode_len - context.step
+        return self.decide(context.remaining_cost, steps_left, deterministic, episode_len, cut)
 
     def _throttle(
         self,

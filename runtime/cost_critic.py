@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from runtime.budget_guard import GuardAction, GuardDecision
+from runtime.context import EpisodeContext, sample_action
 from runtime.files import COST_CRITIC_FILE
 
 if TYPE_CHECKING:
@@ -168,10 +169,30 @@ def shielded(
     decision: GuardDecision,
 ) -> tuple[npt.NDArray[np.floating], GuardAction]:
     """The action to take and what the guard did: the shield's answer where `decision` asks for
-    it (the service's `act` and the offline loop's both call this)."""
+    it."""
     if decision.shield_risk is None:
         return action, decision.action
     if critic is None:  # a card that sets the shield loads its critic (`ModelCard` checks)
         raise CostCriticLoadError("the budget guard asks for a shield but no cost critic is loaded")
     result = critic.shield(observation, action, bounds, decision.shield_risk)
     return result.action, GuardAction.SHIELD if result.replaced else decision.action
+
+
+def act_as_decided(
+    context: EpisodeContext,
+    outputs: tuple[npt.NDArray[np.floating], npt.NDArray[np.floating]],
+    bounds: tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]],
+    deterministic: bool,
+    decision: GuardDecision,
+    critic: CostCritic | None,
+) -> GuardAction:
+    """Record the action for the newest step of `context` as the budget guard decided: sampled
+    with its noise factor, then the shield where it asks; what the guard did (the service's
+    `act` and the offline loop both take their actions here)."""
+    mean, log_std = outputs
+    sampled = sample_action(
+        mean, log_std, context.rng, *bounds, deterministic, noise_scale=decision.noise_scale
+    )
+    action, acted = shielded(critic, context.states[-1], sampled, bounds, decision)
+    context.record_action(action)
+    return acted

@@ -20,12 +20,11 @@ from runtime.budget_guard import (
     DEFAULT_GUARD,
     UNGUARDED,
     BudgetGuard,
-    CutReadiness,
     GuardDecision,
     GuardTally,
 )
-from runtime.context import EpisodeContext, batch_windows, sample_action
-from runtime.cost_critic import CostCritic, shielded
+from runtime.context import EpisodeContext, batch_windows
+from runtime.cost_critic import CostCritic, act_as_decided
 
 Windows = dict[str, npt.NDArray[Any]]
 Predict = Callable[[Windows], tuple[npt.NDArray[Any], npt.NDArray[Any]]]
@@ -103,14 +102,8 @@ def decide(policy: EpisodePolicy, spec: EpisodeSpec, context: EpisodeContext) ->
     """The budget guard's decision for the newest step of an episode (the service's rule)."""
     if not spec.budget_guard:
         return UNGUARDED
-    steps_left = policy.max_episode_len - context.step
-    guard = policy.budget_guard
-    return guard.decide(
-        context.remaining_cost,
-        steps_left,
-        spec.deterministic,
-        policy.max_episode_len,
-        CutReadiness(context.total_cost, spec.cut_floor),
+    return policy.budget_guard.decide_newest(
+        context, policy.max_episode_len, spec.deterministic, spec.cut_floor
     )
 
 
@@ -208,14 +201,11 @@ def _act(
     """Take the episode's action as the guard decided and step its env; whether it ended."""
     context = episode.context
     bounds = np.asarray(policy.action_low), np.asarray(policy.action_high)
-    sampled = sample_action(
-        *outputs, context.rng, *bounds, episode.spec.deterministic,
-        noise_scale=decision.noise_scale,
-    )  # fmt: skip
-    action, acted = shielded(policy.cost_critic, context.states[-1], sampled, bounds, decision)
-    context.record_action(action)
+    deterministic = episode.spec.deterministic
+    acted = act_as_decided(context, outputs, bounds, deterministic, decision, policy.cost_critic)
     episode.tally = episode.tally.add(acted)
-    observation, reward, terminated, truncated, info = episode.env.step(action.astype(np.float32))
+    taken = context.last_action.astype(np.float32)
+    observation, reward, terminated, truncated, info = episode.env.step(taken)
     cost = float(info.get("cost", 0.0))
     context.advance(float(reward), cost, observation)
     episode.length += 1

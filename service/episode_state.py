@@ -18,14 +18,13 @@ import numpy.typing as npt
 
 from runtime.budget_guard import (
     UNGUARDED,
-    CutReadiness,
     GuardAction,
     GuardDecision,
     GuardTally,
 )
 from runtime.card import ModelCard
-from runtime.context import EpisodeContext, sample_action
-from runtime.cost_critic import CostCritic, shielded
+from runtime.context import EpisodeContext
+from runtime.cost_critic import CostCritic, act_as_decided
 from service.errors import (
     InvalidInputError,
     PolicyOutputError,
@@ -153,14 +152,8 @@ def guard_decision(record: EpisodeRecord, card: ModelCard) -> GuardDecision:
     budget left and the steps left (unguarded when the episode turned the guard off)."""
     if not record.budget_guard:
         return UNGUARDED
-    context = record.context
-    steps_left = card.max_episode_len - context.step
-    return card.guard.decide(
-        context.remaining_cost,
-        steps_left,
-        record.deterministic,
-        card.max_episode_len,
-        CutReadiness(context.total_cost, record.cut_floor),
+    return card.guard.decide_newest(
+        record.context, card.max_episode_len, record.deterministic, record.cut_floor
     )
 
 
@@ -183,13 +176,7 @@ def act(
     mean, log_std = outputs
     if not (np.isfinite(mean).all() and np.isfinite(log_std).all()):
         raise PolicyOutputError("the model produced a non-finite action for these inputs")
-    low, high = bounds
-    sampled = sample_action(
-        mean, log_std, context.rng, low, high, deterministic, noise_scale=decision.noise_scale
-    )
-    action, acted = shielded(critic, context.states[-1], sampled, bounds, decision)
-    context.record_action(action)
-    return acted
+    return act_as_decided(context, outputs, bounds, deterministic, decision, critic)
 
 
 def guarded(record: EpisodeRecord, action: GuardAction) -> EpisodeRecord:
