@@ -25,7 +25,6 @@ import dataclasses
 import logging
 import tempfile
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +32,17 @@ import numpy as np
 
 from runtime.arguments import CommandParser, non_negative_float, positive_int
 from runtime.budget_guard import BudgetGuard
-from runtime.card import ModelCard, read_card, update_card
-from runtime.evaluation_protocol import REPORTED_BUDGETS, selection_specs
+from runtime.card import ModelCard, read_card
+from runtime.evaluation_protocol import REPORTED_BUDGETS
 from runtime.scores import normalised_reward
 from runtime.user_errors import exit_on_user_errors
-from training.evaluation.evaluate import RolloutJob, run_parallel, served_selection_rows
+from training.card_update import record_evaluation
 from training.evaluation.inputs import load_policy
+from training.evaluation.served_rows import (
+    selection_reward_range,
+    served_selection_results,
+    served_selection_rows,
+)
 from training.evaluation.shield import (
     EPISODES,
     MAX_REWARD_GIVEN_UP,
@@ -56,6 +60,13 @@ CUT = (max(REPORTED_BUDGETS), min(REPORTED_BUDGETS))
 READY_FROM = (0.0, (sorted(REPORTED_BUDGETS)[-2] + max(REPORTED_BUDGETS)) / 2)
 """Candidate `cut_ready_from`: every budget above the floor, or only the largest reported one
 (DroneCircle spends little of 20 early and keeps a cut from it unheld)."""
+
+
+def describe_hold(ready_from: float | None) -> str:
+    """`hold to 10 from limit 30`, or `no hold` (None)."""
+    if ready_from is None:
+        return "no hold"
+    return f"hold to {CUT[1]:g} from limit {ready_from:g}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,9 +90,7 @@ class CutCandidate(MeasuredGuard):
 
     @property
     def setting(self) -> str:
-        if self.ready_from is None:
-            return "no hold"
-        return f"hold to {CUT[1]:g} from limit {self.ready_from:g}"
+        return describe_hold(self.ready_from)
 
     @property
     def cut_share_over(self) -> float:
@@ -107,21 +116,12 @@ def held_guard(guard: BudgetGuard, ready_from: float | None) -> BudgetGuard:
 
 def cut_rows(model_dir: Path, card: ModelCard, episodes: int, workers: int) -> list[CutRow]:
     """The cut in both action modes on the selection seeds, as served (guard on)."""
-    targets = [target.model_dump() for target in card.default_targets or []]
     schedule = ((card.max_episode_len // 2, CUT[1]),)
-    jobs = [  # one per action mode, as `served_selection_rows` runs its rows
-        RolloutJob(
-            str(model_dir),
-            card.task,
-            tuple(
-                replace(spec, cost_schedule=schedule, budget_guard=True)
-                for spec in selection_specs(targets, [CUT[0]], [deterministic], episodes)
-            ),
-        )
-        for deterministic in (False, True)
-    ]
-    results = run_parallel(jobs, workers, f"cut {CUT[0]:g} -> {CUT[1]:g}")
-    reward_range = card.reward_return_range or (0.0, 1.0)
+    label = f"cut {CUT[0]:g} -> {CUT[1]:g}"
+    results = served_selection_results(
+        model_dir, card, [CUT[0]], episodes, workers, label, schedule
+    )
+    reward_range = selection_reward_range(card)
     rows = []
     for deterministic in (False, True):
         mode = [result for result in results if result.spec.deterministic == deterministic]
@@ -142,7 +142,7 @@ def measure(
         for number, ready_from in enumerate(settings):
             guard = held_guard(card.guard, ready_from)
             copy = copy_with_guard(model_dir, Path(scratch) / f"c{number}", guard)
-            label = CutCandidate([], ready_from=ready_from).setting
+            label = describe_hold(ready_from)
             rows = served_selection_rows(copy, card, episodes, workers, label)
             measured.append(CutCandidate(rows, cut_rows(copy, card, episodes, workers), ready_from))
             logger.info("%s: %.0f %% over after the cut", label, 100 * measured[-1].cut_share_over)
@@ -176,12 +176,10 @@ def cut_ready_model(
 ) -> CutCandidate:
     """Measure no hold and each setting, choose, and write the card."""
     card = load_policy(model_dir, writes_card=True).card
-    unheld = card.guard.model_copy(update={"cut_floor": 0.0, "cut_ready_from": 0.0})
-    card = card.model_copy(update={"budget_guard": unheld})
+    card = card.model_copy(update={"budget_guard": held_guard(card.guard, None)})
     candidates = measure(model_dir, card, [None, *settings], episodes, workers)
     chosen = choose(candidates, MAX_SHARE_OVER, max_reward_given_up)
-    evaluation = dict(card.evaluation or {})
-    evaluation["cut_ready"] = {
+    choice = {
         "split": "selection",
         "episodes_per_row": episodes,
         "cut": list(CUT),
@@ -190,7 +188,7 @@ def cut_ready_model(
         "chosen": {"cut_ready_from": chosen.ready_from},
         "finished": True,
     }
-    update_card(model_dir, evaluation=evaluation)
+    record_evaluation(model_dir, "cut_ready", choice)
     set_guard(model_dir, read_card(model_dir), held_guard(card.guard, chosen.ready_from))
     entry = LedgerEntry(
         "cut-ready", str(model_dir), chosen.setting, task=card.task, split="selection"

@@ -21,7 +21,7 @@ import logging
 import multiprocessing
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +29,13 @@ import numpy as np
 from tqdm import tqdm
 
 from runtime.arguments import CommandParser, budget, finite_float, positive_int
-from runtime.card import ModelCard, read_card
+from runtime.card import read_card
 from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec, run_episodes
 from runtime.evaluation_protocol import (
     REPORTED_BUDGETS,
     SEED_SPLITS,
-    BudgetRow,
     SeedSplit,
     action_mode,
-    selection_specs,
     split_seeds,
     summarise,
     target_reward_for,
@@ -133,34 +131,6 @@ def run_parallel(jobs: list[RolloutJob], workers: int, label: str) -> list[Episo
                 results += future.result()
                 progress.update(len(futures[future].specs))
     return results
-
-
-def served_selection_rows(
-    model_dir: Path, card: ModelCard, episodes: int, workers: int, label: str
-) -> list[BudgetRow]:
-    """The reported budgets in both action modes on the selection seeds, as served (budget guard
-    on): the rows `cdt guidance` and `cdt shield` choose by. `model_dir` may be a variant of
-    `card`'s model (another guidance or guard), whose card the workers load."""
-    targets = [target.model_dump() for target in card.default_targets or []]
-    reward_range = card.reward_return_range
-    if reward_range is None or not targets:
-        raise UserError(
-            f"{card.name}: the card names no default targets or dataset reward range"
-            " (re-export the model, or `cdt card-update` it)"
-        )
-    jobs = [
-        RolloutJob(
-            str(model_dir),
-            card.task,
-            tuple(
-                replace(spec, budget_guard=True)
-                for spec in selection_specs(targets, [budget], [deterministic], episodes)
-            ),
-        )
-        for budget in REPORTED_BUDGETS
-        for deterministic in (False, True)
-    ]
-    return summarise(run_parallel(jobs, workers, label), reward_range)
 
 
 def _summary(

@@ -36,8 +36,8 @@ from runtime.evaluation_protocol import (
 )
 from runtime.files import CARD_FILE, ONNX_FILE
 from runtime.user_errors import exit_on_user_errors
-from training.evaluation.evaluate import served_selection_rows
 from training.evaluation.inputs import load_policy
+from training.evaluation.served_rows import served_selection_rows
 from training.ledger import LedgerEntry, record
 
 logger = logging.getLogger(__name__)

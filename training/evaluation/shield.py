@@ -36,8 +36,9 @@ from runtime.card import ModelCard, read_card, update_card
 from runtime.evaluation_protocol import BudgetRow
 from runtime.files import CARD_FILE
 from runtime.user_errors import UserError, exit_on_user_errors
-from training.evaluation.evaluate import served_selection_rows
+from training.card_update import record_evaluation
 from training.evaluation.inputs import load_policy
+from training.evaluation.served_rows import served_selection_rows
 from training.guard_cli import set_guard
 from training.ledger import LedgerEntry, record
 
@@ -172,8 +173,7 @@ def shield_model(
         raise UserError(f"{model_dir / CARD_FILE}: no cost critic; run `cdt critic {model_dir}`")
     candidates = measure_shields(model_dir, card, [(0.0, 0.0), *settings], episodes, workers)
     chosen = choose(candidates, max_share_over, max_reward_given_up)
-    evaluation = dict(card.evaluation or {})
-    evaluation["shield"] = {
+    choice = {
         "split": "selection",
         "episodes_per_row": episodes,
         "max_share_over": max_share_over,
@@ -182,7 +182,7 @@ def shield_model(
         "chosen": {"shield_margin": chosen.margin, "shield_risk": chosen.risk},
         "finished": True,
     }
-    update_card(model_dir, evaluation=evaluation)
+    record_evaluation(model_dir, "shield", choice)
     risk = chosen.risk if chosen.margin else DEFAULT_GUARD.shield_risk  # unread without a margin
     set_guard(model_dir, read_card(model_dir), shielded_guard(card.guard, chosen.margin, risk))
     entry = LedgerEntry("shield", str(model_dir), chosen.setting, task=card.task, split="selection")
