@@ -152,6 +152,7 @@ def run_episode(
     """Play one episode of `env` with actions from the service."""
     schedule = dict(config.cost_schedule)
     initial_limit = cost_limit = schedule.pop(0, config.cost_limit)
+    cut_floor = config.announced_floor()
     observation, _ = env.reset(seed=seed)
     answer = client.create_episode(
         config.model,
@@ -161,7 +162,7 @@ def run_episode(
         seed=seed,
         deterministic=config.deterministic,
         budget_guard=config.budget_guard,
-        cut_floor=config.announced_floor(),
+        cut_floor=cut_floor,
     )
     episode_id, steps, totals, changes = answer.episode_id, 0, [0.0, 0.0], []
     warnings = dict.fromkeys(answer.warnings)
@@ -190,7 +191,7 @@ def run_episode(
     scores = _normalised(model, totals[0], totals[1], cost_limit)
     return EpisodeOutcome(
         seed, steps, totals[0], totals[1], initial_limit, cost_limit, *scores, changes,
-        list(warnings), ended.guarded_steps, config.announced_floor(),
+        list(warnings), ended.guarded_steps, cut_floor,
     )  # fmt: skip
 
 
