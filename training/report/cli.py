@@ -179,7 +179,10 @@ def main(argv: list[str] | None = None, evaluate: EvaluateFunction | None = None
     # Against the grid's own runs only now; its models and evaluations are kept, so a rerun
     # with --reuse and fewer --include-runs costs nothing.
     if repeated := repeated_runs(results):
-        raise UserError("the same run in the grid and --include-runs: " + "; ".join(repeated))
+        raise UserError(
+            "the same run twice among the grid, --include-existing and --include-runs: "
+            + "; ".join(repeated)
+        )
     command = shlex.join(["cdt", "report", *args])
     seconds = time.perf_counter() - started
     markdown, json_path = write_report(config, results, command, seconds, included)

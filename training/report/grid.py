@@ -222,8 +222,15 @@ def existing_results(config: ReportConfig, evaluate: EvaluateFunction) -> list[R
         label, model_dir = split_label(entry)
         card = json.loads((model_dir / CARD_FILE).read_text())
         task = label or short_task(str(card.get("task", model_dir.name)))
-        results += _evaluated_results(model_dir, task, index, config, evaluate)
+        results += _evaluated_results(model_dir, task, card_seed(card, index), config, evaluate)
     return results
+
+
+def card_seed(card: dict[str, Any], fallback: int) -> int:
+    """The training seed a model card records (`fallback` for a card without one): two models
+    of one algorithm and task are two seeds of its cell only if they were trained on two."""
+    seed = (card.get("training_config") or {}).get("seed")
+    return fallback if seed is None else int(seed)
 
 
 def missing_inputs(config: ReportConfig) -> list[str]:

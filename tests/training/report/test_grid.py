@@ -12,7 +12,8 @@ from tests.training.baselines.synthetic import tiny_episodes
 from training.data.dataset import save_dataset
 from training.ledger import read_ledger
 from training.report.cli import main
-from training.report.grid import result_scores
+from training.report.config import ReportConfig
+from training.report.grid import existing_results, result_scores
 
 
 def test_result_scores_from_normalised_or_raw_results() -> None:
@@ -53,14 +54,11 @@ def _fake_evaluate(calls: list[dict[str, Any]]) -> Any:
     return evaluate
 
 
-def test_main_runs_the_grid_and_writes_both_tables(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, private_ledger: Path
-) -> None:
-    dataset = save_dataset(tmp_path / "tiny.hdf5", tiny_episodes(), {"env_id": "TinyTask-v0"})
-    existing = tmp_path / "models" / "cdt-tiny"
-    existing.mkdir(parents=True)
-    card = {
-        "name": "cdt-tiny",
+def _exported_cdt(model_dir: Path, training_seed: int | None = None) -> Path:
+    """A CDT model folder with only its card, as `--include-existing` reads it."""
+    model_dir.mkdir(parents=True)
+    card: dict[str, Any] = {
+        "name": model_dir.name,
         "version": "1",
         "task": "TinyTask-v0",
         "observation_dim": 3,
@@ -74,7 +72,17 @@ def test_main_runs_the_grid_and_writes_both_tables(
         "dataset": {"reward_return_min": 0.0, "reward_return_max": 10.0},
         "evaluation": {"kappa": 4.0, "normalised_reward_mean": 80.0, "normalised_cost_mean": 0.75},
     }
-    (existing / "model.json").write_text(json.dumps(card))
+    if training_seed is not None:
+        card["training_config"] = {"seed": training_seed}
+    (model_dir / "model.json").write_text(json.dumps(card))
+    return model_dir
+
+
+def test_main_runs_the_grid_and_writes_both_tables(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, private_ledger: Path
+) -> None:
+    dataset = save_dataset(tmp_path / "tiny.hdf5", tiny_episodes(), {"env_id": "TinyTask-v0"})
+    existing = _exported_cdt(tmp_path / "models" / "cdt-tiny")
     calls: list[dict[str, Any]] = []
     argv = [
         "--algorithms", "bc-safe", "bcq-lag", "--datasets", str(dataset), "--seeds", "1",
@@ -161,3 +169,27 @@ def test_grid_trains_and_exports_the_sequence_models(tmp_path: Path, private_led
         assert [target["cost"] for target in card["default_targets"]] == [4.0, 8.0, 16.0]
     table = json.loads((tmp_path / "reports" / "table1.json").read_text())["table"]
     assert set(table) == {"cdt", "cdt-sampled", "dt"}
+
+
+def test_existing_models_join_under_the_seeds_they_were_trained_with(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = _exported_cdt(tmp_path / "a", training_seed=3)
+    second = _exported_cdt(tmp_path / "b", training_seed=7)
+    unrecorded = _exported_cdt(tmp_path / "c")  # no seed on its card: its place in the list
+    config = ReportConfig(
+        algorithms=(), include_existing=(str(first), str(second), str(unrecorded))
+    )
+    results = existing_results(config, _fake_evaluate([]))
+    assert [(run.algo, run.seed) for run in results] == [
+        ("cdt", 3), ("cdt-sampled", 3), ("cdt", 7), ("cdt-sampled", 7),
+        ("cdt", 2), ("cdt-sampled", 2),
+    ]  # fmt: skip
+    twin = _exported_cdt(tmp_path / "d", training_seed=3)  # the same cell as `first`
+    argv = ["--algorithms", "--include-existing", str(first), str(twin), "--cost-limit", "4"]
+    argv += ["--episodes", "1", "--eval-seeds", "1", "--out", str(tmp_path / "reports")]
+    with pytest.raises(SystemExit) as exit_info:  # one run counted twice: refused, not averaged
+        main(argv, evaluate=_fake_evaluate([]))
+    assert exit_info.value.code == 2
+    assert "cdt on TinyTask, seed 3" in capsys.readouterr().err
+    assert not (tmp_path / "reports" / "table1.json").exists()
