@@ -54,9 +54,11 @@ class PipelineConfig:
     - guidance (`cpu-budget`, `cpu`): the cost guidance in model.json, 4 weights x 120 episodes
     - calibrate (`paper`): the scales in models/<name>/model.json; 60 episodes per measured row
     - critic: models/<name>/cost_critic.onnx, fit on the dataset (~3 min on a core)
-    - shield: the budget guard's shield in model.json, 5 settings x 240 selection episodes
-    - cut-ready: whether the guard holds budgets for a mid-episode cut, in model.json, 3
-      settings x 320 selection episodes
+    - shield: the budget guard's shield in model.json, 240 selection episodes without a
+      shield, then 240 for each of 4 settings (none where no episode went over without one)
+    - cut-ready: whether the guard holds budgets for a mid-episode cut, in model.json, 320
+      selection episodes without a hold, then 240 and 160 for the two holds (none where no
+      hold keeps every cut)
     - evaluate: reports/<name>/evaluation_protocol.json (guard on, as served) and
       evaluation_protocol_unguarded.json
 

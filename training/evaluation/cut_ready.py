@@ -6,7 +6,9 @@ through the first half of the episode (`cut_floor`), for every budget above the 
 for limits from `cut_ready_from` up; what it holds back costs reward where the model earns more
 with more budget (docs/decisions/budget-guard.md#ready-for-a-budget-cut-2026-11-29). For the
 card's guard without a hold and with each candidate, this runs the reported budgets and the cut
-in both action modes on 40 selection episodes each, as served (guard on), and keeps:
+in both action modes on 40 selection episodes each, as served (guard on; a hold's budgets it
+leaves alone are no hold's episodes, and no hold that keeps every cut leaves nothing to hold
+for), and keeps:
 
 1. among the holds that give up at most `--max-reward-given-up` normalised reward points against
    no hold in every steady row, with no more episodes over in any steady row than no hold's
@@ -133,19 +135,48 @@ def cut_rows(model_dir: Path, card: ModelCard, episodes: int, workers: int) -> l
     return rows
 
 
+def held_budgets(ready_from: float) -> list[float]:
+    """The reported budgets a hold from `ready_from` acts on: those above the floor and from
+    `ready_from` up. At the others it leaves the guard as it is (`BudgetGuard.guarded_budget`),
+    so their episodes are no hold's, step for step."""
+    return [budget for budget in REPORTED_BUDGETS if budget > CUT[1] and budget >= ready_from]
+
+
 def measure(
-    model_dir: Path, card: ModelCard, settings: Sequence[float | None], episodes: int, workers: int
+    model_dir: Path, card: ModelCard, settings: Sequence[float], episodes: int, workers: int
 ) -> list[CutCandidate]:
-    """Each setting's steady and cut rows on the selection seeds."""
-    measured = []
+    """No hold's steady and cut rows on the selection seeds, then each hold's, running only what
+    the hold changes: no hold's steady rows stand for the budgets it leaves alone, and where no
+    hold already keeps every cut no hold can keep more (`choose`), so none is run."""
     with tempfile.TemporaryDirectory(prefix="cdt-cut-ready-") as scratch:
+        unheld = _measured(model_dir, card, None, REPORTED_BUDGETS, episodes, workers)
+        if unheld.cut_share_over == 0:
+            logger.info("no hold keeps every cut: the holds are not measured")
+            return [unheld]
+        measured = [unheld]
         for number, ready_from in enumerate(settings):
             guard = held_guard(card.guard, ready_from)
             copy = copy_with_guard(model_dir, Path(scratch) / f"c{number}", guard)
-            label = describe_hold(ready_from)
-            rows = served_selection_rows(copy, card, episodes, workers, label)
-            measured.append(CutCandidate(rows, cut_rows(copy, card, episodes, workers), ready_from))
-            logger.info("%s: %.0f %% over after the cut", label, 100 * measured[-1].cut_share_over)
+            budgets = held_budgets(ready_from)
+            held = _measured(copy, card, ready_from, budgets, episodes, workers)
+            fresh = {(row.target_cost, row.deterministic): row for row in held.rows}
+            rows = [fresh.get((row.target_cost, row.deterministic), row) for row in unheld.rows]
+            measured.append(dataclasses.replace(held, rows=rows))
+    return measured
+
+
+def _measured(
+    model_dir: Path,
+    card: ModelCard,
+    ready_from: float | None,
+    budgets: Sequence[float],
+    episodes: int,
+    workers: int,
+) -> CutCandidate:
+    label = describe_hold(ready_from)
+    rows = served_selection_rows(model_dir, card, episodes, workers, label, budgets)
+    measured = CutCandidate(rows, cut_rows(model_dir, card, episodes, workers), ready_from)
+    logger.info("%s: %.0f %% over after the cut", label, 100 * measured.cut_share_over)
     return measured
 
 
@@ -177,7 +208,7 @@ def cut_ready_model(
     """Measure no hold and each setting, choose, and write the card."""
     card = load_policy(model_dir, writes_card=True).card
     card = card.model_copy(update={"budget_guard": held_guard(card.guard, None)})
-    candidates = measure(model_dir, card, [None, *settings], episodes, workers)
+    candidates = measure(model_dir, card, settings, episodes, workers)
     chosen = choose(candidates, MAX_SHARE_OVER, max_reward_given_up)
     choice = {
         "split": "selection",

@@ -15,12 +15,18 @@ from training.evaluation.evaluate import RolloutJob, run_parallel
 
 
 def served_selection_rows(
-    model_dir: Path, card: ModelCard, episodes: int, workers: int, label: str
+    model_dir: Path,
+    card: ModelCard,
+    episodes: int,
+    workers: int,
+    label: str,
+    budgets: Sequence[float] = REPORTED_BUDGETS,
 ) -> list[BudgetRow]:
-    """The reported budgets in both action modes on the selection seeds, as served (budget guard
-    on): the rows `cdt guidance`, `cdt shield` and `cdt cut-ready` choose by. `model_dir` may be
-    a variant of `card`'s model (another guidance or guard), whose card the workers load."""
-    results = served_selection_results(model_dir, card, REPORTED_BUDGETS, episodes, workers, label)
+    """`budgets` (the reported ones) in both action modes on the selection seeds, as served
+    (budget guard on): the rows `cdt guidance`, `cdt shield` and `cdt cut-ready` choose by.
+    `model_dir` may be a variant of `card`'s model (another guidance or guard), whose card the
+    workers load."""
+    results = served_selection_results(model_dir, card, budgets, episodes, workers, label)
     return summarise(results, selection_reward_range(card))
 
 

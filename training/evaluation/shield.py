@@ -6,6 +6,8 @@ left is at most `shield_margin`; how much it helps, and what it costs, depends o
 guard without a shield and with each candidate (margin, risk), this runs the reported budgets
 in both action modes on 40 selection episodes each, as served (guard on), and keeps:
 
+0. where the unshielded guard lets no episode over in any row, no shield: none is run (one
+   could only trade reward by chance there, and it asks the critic at every step it watches);
 1. among the candidates with at most `--max-share-over` of episodes over budget in every row
    and at most `--max-reward-given-up` normalised reward points below the unshielded guard's in
    every row (the unshielded guard itself is such a candidate when it keeps the share), the one
@@ -127,10 +129,11 @@ def measure_shields(
     episodes: int,
     workers: int,
 ) -> list[ShieldCandidate]:
-    """Each setting's rows on the selection seeds, every reported budget and action mode."""
-    measured = []
+    """The unshielded guard's rows on the selection seeds, every reported budget and action
+    mode, then each setting's; none of the settings where the guard alone let no episode over."""
+    measured: list[ShieldCandidate] = []
     with tempfile.TemporaryDirectory(prefix="cdt-shield-") as scratch:
-        for margin, risk in settings:
+        for margin, risk in [(0.0, 0.0), *settings]:
             copy = copy_with_guard(
                 model_dir, Path(scratch) / f"m{margin:g}-r{risk:g}",
                 shielded_guard(card.guard, margin, risk),
@@ -139,6 +142,9 @@ def measure_shields(
             rows = served_selection_rows(copy, card, episodes, workers, label)
             measured.append(ShieldCandidate(rows, margin, risk))
             logger.info("%s: worst share over %.0f %%", label, 100 * measured[-1].worst_share_over)
+            if measured[0].worst_share_over == 0:
+                logger.info("no episode went over without a shield: no shield is tried")
+                break
     return measured
 
 
@@ -171,7 +177,7 @@ def shield_model(
     card = load_policy(model_dir, writes_card=True).card
     if card.cost_critic is None:
         raise UserError(f"{model_dir / CARD_FILE}: no cost critic; run `cdt critic {model_dir}`")
-    candidates = measure_shields(model_dir, card, [(0.0, 0.0), *settings], episodes, workers)
+    candidates = measure_shields(model_dir, card, settings, episodes, workers)
     chosen = choose(candidates, max_share_over, max_reward_given_up)
     choice = {
         "split": "selection",

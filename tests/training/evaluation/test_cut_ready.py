@@ -2,6 +2,7 @@
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,8 @@ from tests.service.toy_policy import write_test_policy
 from tests.training.evaluation.guard_rows import steady_rows
 from training.evaluation import cut_ready as cut_ready_module
 from training.evaluation.cut_ready import CutCandidate, CutRow, choose, held_guard, main, measure
+from training.evaluation.served_rows import served_selection_rows
+from training.evaluation.shield import copy_with_guard
 
 TASK = "SafetyBallRun-v0"  # obs_dim 7, act_dim 2, 100-step episodes
 
@@ -54,14 +57,57 @@ def toy_policy(tmp_path: Path) -> Path:
     return directory
 
 
-def test_measure_runs_every_budget_and_the_cut_with_each_hold(toy_policy: Path) -> None:
+def test_measure_runs_only_what_each_hold_changes(
+    toy_policy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     card = Policy.load(toy_policy).card
-    unheld, held = measure(toy_policy, card, [None, 0.0], 1, 1)
-    assert (unheld.ready_from, held.ready_from) == (None, 0.0)
-    assert len(held.rows) == 6 and [row.deterministic for row in held.cut_rows] == [False, True]
+    ran: list[tuple[str, list[float]]] = []
+
+    def recorded(*args: Any) -> Any:
+        ran.append((args[4], list(args[5])))
+        return served_selection_rows(*args)
+
+    monkeypatch.setattr(cut_ready_module, "served_selection_rows", recorded)
+    unheld, from_0, from_30 = measure(toy_policy, card, [0.0, 30.0], 1, 1)
+    assert ran == [
+        ("no hold", [10.0, 20.0, 40.0]),
+        ("hold to 10 from limit 0", [20.0, 40.0]),
+        ("hold to 10 from limit 30", [40.0]),
+    ]
+    assert [held.ready_from for held in (unheld, from_0, from_30)] == [None, 0.0, 30.0]
+    assert len(from_30.rows) == 6 and [row.deterministic for row in from_30.cut_rows] == [
+        False,
+        True,
+    ]
     # the toy's action follows the cost-to-go it is told: held to 10, it acts otherwise at 40
-    assert unheld.rows[4].reward_mean != held.rows[4].reward_mean
-    assert unheld.rows[0].reward_mean == held.rows[0].reward_mean  # 10 is the floor: no hold
+    assert unheld.rows[4].reward_mean != from_0.rows[4].reward_mean
+    assert from_0.rows[:2] == unheld.rows[:2] and from_30.rows[:4] == unheld.rows[:4]
+
+
+def test_a_hold_runs_the_budgets_it_leaves_alone_as_no_hold_does(
+    toy_policy: Path, tmp_path: Path
+) -> None:
+    """What `measure` takes for granted, on real episodes: at the floor (10), and below the
+    limit a hold starts from (20 under a hold from 30), the held guard's rows are no hold's."""
+    card = Policy.load(toy_policy).card
+    unheld = served_selection_rows(toy_policy, card, 2, 1, "no hold", [10.0, 20.0])
+    for ready_from, budgets in ((0.0, [10.0]), (30.0, [10.0, 20.0])):
+        copy = copy_with_guard(
+            toy_policy, tmp_path / f"from-{ready_from:g}", held_guard(card.guard, ready_from)
+        )
+        held = served_selection_rows(copy, card, 2, 1, "held", budgets)
+        assert held == unheld[: len(held)]
+    moved = copy_with_guard(toy_policy, tmp_path / "moved", held_guard(card.guard, 0.0))
+    assert served_selection_rows(moved, card, 2, 1, "held", [20.0]) != unheld[2:]  # it can differ
+
+
+def test_no_hold_that_keeps_every_cut_is_measured_alone(
+    toy_policy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kept = [CutRow(mode, 1, 0.0, 4.0, 50.0) for mode in (False, True)]
+    monkeypatch.setattr(cut_ready_module, "cut_rows", lambda *args: kept)
+    (unheld,) = measure(toy_policy, Policy.load(toy_policy).card, [0.0, 30.0], 1, 1)
+    assert unheld.ready_from is None and unheld.cut_share_over == 0.0
 
 
 def test_cdt_cut_ready_records_every_candidate_and_sets_the_chosen_guard(

@@ -1,11 +1,14 @@
 """`cdt shield`: the choice of the guard's shield, what the card records, a short real run."""
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from runtime.card import read_card
+from runtime.evaluation_protocol import BudgetRow
 from runtime.policy import Policy
 from tests.runtime.toy_critic import write_test_critic
 from tests.service.toy_policy import write_test_policy
@@ -46,13 +49,23 @@ def critic_policy(tmp_path: Path) -> Path:
 
 
 def test_measure_shields_runs_the_guard_with_each_shield_on_the_selection_seeds(
-    critic_policy: Path,
+    critic_policy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     card = Policy.load(critic_policy).card
-    plain, shielded = measure_shields(critic_policy, card, [(0.0, 0.0), (40.0, 0.0)], 1, 1)
+    plain, shielded = measure_shields(critic_policy, card, [(40.0, 0.0)], 1, 1)
     assert (plain.margin, shielded.margin) == (0.0, 40.0) and len(shielded.rows) == 6
+    assert plain.worst_share_over > 0  # (else no shield would be run: below)
     # the toy's action grows with the cost-to-go; a shield that calls every a_0 > 0 costly moves it
     assert [row.reward_mean for row in plain.rows] != [row.reward_mean for row in shielded.rows]
+    ran: list[str] = []
+
+    def kept(*args: Any) -> list[BudgetRow]:
+        ran.append(args[4])
+        return [dataclasses.replace(row, share_over_budget=0.0) for row in plain.rows]
+
+    monkeypatch.setattr(shield_module, "served_selection_rows", kept)
+    (alone,) = measure_shields(critic_policy, card, [(15.0, 1.0), (25.0, 1.0)], 1, 1)
+    assert (alone.margin, ran) == (0.0, ["no shield"])  # nothing went over: no shield tried
 
 
 def test_cdt_shield_records_every_candidate_and_sets_the_chosen_guard(
