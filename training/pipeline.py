@@ -27,6 +27,7 @@ from typing import Literal
 import tyro
 
 from runtime.arguments import AT_LEAST_0, AT_LEAST_1, unmet
+from runtime.card import read_card
 from runtime.files import CARD_FILE, check_writable, write_atomic
 from runtime.sim import check_task
 from runtime.user_errors import UserError, exit_on_user_errors
@@ -282,6 +283,11 @@ def main(argv: list[str] | None = None) -> None:
         f"{sum(totals.values()):.0f} s over every run ({stages}); "
         f"serve it with `cdt serve`, results in {config.report}"
     )
+    from training.evaluation.cut_ready import served_verdict  # numpy and more: after the run
+
+    verdict = served_verdict(read_card(config.model_dir).evaluation or {})
+    if verdict is not None:
+        print(f"{config.model_name}: {verdict}")
 
 
 if __name__ == "__main__":

@@ -179,7 +179,9 @@ def test_pipeline_smoke_runs_every_stage_on_a_tiny_dataset(
     assert card.cost_critic is not None and (card.evaluation or {})["shield"]["finished"]
     assert (card.evaluation or {})["cut_ready"]["finished"]
     assert (card.evaluation or {})["guidance"]["finished"]
-    assert "cdt-ballrun-smoke:" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "cdt-ballrun-smoke:" in out
+    assert "cdt-ballrun-smoke: as served, on 1 selection episodes per budget" in out  # the verdict
     assert not Path(tmp_path / "datasets").exists()
     # every run the pipeline made is in the ledger, as if each command had been run by hand
     entries = read_ledger(private_ledger)

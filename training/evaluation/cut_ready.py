@@ -47,6 +47,7 @@ from training.evaluation.served_rows import (
 )
 from training.evaluation.shield import (
     EPISODES,
+    GUARD_TARGET_SHARE_OVER,
     MAX_REWARD_GIVEN_UP,
     MAX_SHARE_OVER,
     MeasuredGuard,
@@ -59,6 +60,8 @@ logger = logging.getLogger(__name__)
 
 CUT = (max(REPORTED_BUDGETS), min(REPORTED_BUDGETS))
 """The cut measured: the largest reported budget to the smallest, at half the episode."""
+CUT_TARGET_SHARE_OVER = 0.10
+"""Episodes over the smaller budget after the cut that the guard aims at (issue 28)."""
 READY_FROM = (0.0, (sorted(REPORTED_BUDGETS)[-2] + max(REPORTED_BUDGETS)) / 2)
 """Candidate `cut_ready_from`: every budget above the floor, or only the largest reported one
 (DroneCircle spends little of 20 early and keeps a cut from it unheld)."""
@@ -226,6 +229,27 @@ def cut_ready_model(
     )
     record(entry)
     return chosen
+
+
+def served_verdict(evaluation: dict[str, Any]) -> str | None:
+    """What the guard as served did on the selection seeds, from a card's `evaluation` (its
+    `cut_ready` record: the chosen candidate is the shield's choice with the hold chosen here);
+    None where this command has not finished on the card."""
+    record = evaluation.get("cut_ready") or {}
+    if not record.get("finished"):
+        return None
+    chosen = record["chosen"]["cut_ready_from"]
+    row = next(each for each in record["candidates"] if each["cut_ready_from"] == chosen)
+    high, low = record["cut"]
+    verdict = (
+        f"as served, on {record['episodes_per_row']} selection episodes per budget and action "
+        f"mode: at most {row['worst_share_over']:.0%} over any reported budget (the guard's "
+        f"target: {GUARD_TARGET_SHARE_OVER:.0%}); {row['cut_share_over']:.0%} over {low:g} after "
+        f"a cut from {high:g} at mid-episode (target: {CUT_TARGET_SHARE_OVER:.0%})"
+    )
+    if row["cut_share_over"] > CUT_TARGET_SHARE_OVER:
+        verdict += "; a controller that cuts can say so: `cut_floor` at the episode's creation"
+    return verdict
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -12,7 +12,15 @@ from runtime.policy import Policy
 from tests.service.toy_policy import write_test_policy
 from tests.training.evaluation.guard_rows import steady_rows
 from training.evaluation import cut_ready as cut_ready_module
-from training.evaluation.cut_ready import CutCandidate, CutRow, choose, held_guard, main, measure
+from training.evaluation.cut_ready import (
+    CutCandidate,
+    CutRow,
+    choose,
+    held_guard,
+    main,
+    measure,
+    served_verdict,
+)
 from training.evaluation.served_rows import served_selection_rows
 from training.evaluation.shield import copy_with_guard
 
@@ -133,3 +141,22 @@ def test_cdt_cut_ready_refuses_a_folder_without_a_model_in_one_line(
         main([str(tmp_path / "nothing")])
     error = capsys.readouterr().err
     assert exit_info.value.code == 2 and "has no model.json" in error and error.count("\n") == 1
+
+
+def test_the_verdict_is_the_chosen_holds_and_names_the_floor_where_cuts_are_missed() -> None:
+    record = {
+        "episodes_per_row": 40, "cut": [40.0, 10.0], "finished": True,
+        "chosen": {"cut_ready_from": None},
+        "candidates": [
+            {"cut_ready_from": None, "worst_share_over": 0.1, "cut_share_over": 1.0},
+            {"cut_ready_from": 0.0, "worst_share_over": 0.05, "cut_share_over": 0.025},
+        ],
+    }  # fmt: skip
+    verdict = served_verdict({"cut_ready": record}) or ""
+    assert "at most 10% over any reported budget" in verdict
+    assert "100% over 10 after a cut from 40" in verdict and "`cut_floor`" in verdict
+    record["chosen"] = {"cut_ready_from": 0.0}
+    verdict = served_verdict({"cut_ready": record}) or ""
+    assert "at most 5% over" in verdict and "2% over 10" in verdict and "cut_floor" not in verdict
+    assert served_verdict({"cut_ready": record | {"finished": False}}) is None
+    assert served_verdict({}) is None
