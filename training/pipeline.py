@@ -84,8 +84,12 @@ class PipelineConfig:
     from_step: int | None = None
     """first kept checkpoint selection considers; default the preset's first checkpoint (`paper`:
     6,000 on a GPU, 8,000 on a CPU), 0 with --smoke."""
+    seed: int = 0
+    """training seed (`cdt train --seed`): another seed is another run of the recipe, a second
+    chance where one run's model keeps no budget."""
     name: str | None = None
-    """model name; default cdt-<task>, e.g. cdt-carrun (cdt-carrun-smoke with --smoke)."""
+    """model name; default cdt-<task>, e.g. cdt-carrun (cdt-carrun-s1 with --seed 1,
+    cdt-carrun-smoke with --smoke)."""
     dataset: Path | None = None
     """dataset to train on, collected there when missing; default datasets/<task>.hdf5 (shipped
     for every paper task, so give another path to time the pipeline from nothing)."""
@@ -102,7 +106,8 @@ class PipelineConfig:
         """Refuse values no pipeline can run with (a `UserError`: one line, exit 2)."""
         counts = {"--batch-size": self.batch_size, "--update-steps": self.update_steps}
         counts |= {"--episodes": self.episodes, "--seeds": self.seeds}
-        problems = unmet(AT_LEAST_1, counts) + unmet(AT_LEAST_0, {"--from-step": self.from_step})
+        at_least_0 = {"--from-step": self.from_step, "--seed": self.seed}
+        problems = unmet(AT_LEAST_1, counts) + unmet(AT_LEAST_0, at_least_0)
         if problems:
             raise UserError("; ".join(problems))
 
@@ -149,6 +154,7 @@ class PipelineConfig:
         if self.smoke:
             return self._smoke_training_args()
         args = ["--preset", self.preset, "--device", self.device, "--update-steps", str(self.steps)]
+        args += ["--seed", str(self.seed)]
         batch_size = self.batch_size
         if batch_size is None and not self.on_gpu and self.preset == "paper":
             batch_size = 256
@@ -165,6 +171,7 @@ class PipelineConfig:
     def _smoke_training_args(self) -> list[str]:
         """A tiny model for a few steps: the stages run, nothing is learnt."""
         args = ["--preset", "cpu", "--device", self.device, "--update-steps", str(self.steps)]
+        args += ["--seed", str(self.seed)]
         args += ["--batch-size", str(self.batch_size or 16), "--embedding-dim", "16"]
         args += ["--num-layers", "1", "--num-heads", "2", "--warmup-steps", "0"]
         return [*args, "--eval-episodes", "1", "--no-tensorboard"]
@@ -174,7 +181,8 @@ class PipelineConfig:
         if self.name:
             return self.name
         short = self.task.removeprefix("Safety").rsplit("-v", 1)[0].lower()
-        return f"cdt-{short}" + ("-smoke" if self.smoke else "")
+        seed = f"-s{self.seed}" if self.seed else ""
+        return f"cdt-{short}{seed}" + ("-smoke" if self.smoke else "")
 
     @property
     def dataset_path(self) -> Path:
@@ -259,6 +267,12 @@ def check_before_running(config: PipelineConfig) -> None:
         raise UserError(
             f"{config.model_dir} holds a model this pipeline did not make (no {config.run_dir}):"
             " give another --name"
+        )
+    trained = config.run_dir / "last.json"  # the training config `cdt train` keeps beside last.pt
+    seed = json.loads(trained.read_text()).get("seed") if trained.is_file() else None
+    if seed is not None and seed != config.seed:
+        raise UserError(
+            f"{config.run_dir} trains seed {seed}, not --seed {config.seed}: give another --name"
         )
 
 

@@ -57,12 +57,13 @@ def test_pipeline_trains_with_the_measured_recipe_of_its_device(
     monkeypatch.setattr(training_loop, "cpu_has_native_bf16", lambda: False)
     default = PipelineConfig(task="SafetyCarRun-v0")
     assert default.training_args() == [
-        "--preset", "cpu-budget", "--device", "cpu", "--update-steps", "24000",
+        "--preset", "cpu-budget", "--device", "cpu", "--update-steps", "24000", "--seed", "0",
     ]  # fmt: skip
     assert default.first_selected_step == default.checkpoint_every == 4_000
     cpu = PipelineConfig(task="SafetyCarRun-v0", preset="paper")
     assert cpu.training_args() == [
-        "--preset", "paper", "--device", "cpu", "--update-steps", "14000", "--batch-size", "256",
+        "--preset", "paper", "--device", "cpu", "--update-steps", "14000", "--seed", "0",
+        "--batch-size", "256",
     ]  # fmt: skip
     assert cpu.first_selected_step == 8_000
     monkeypatch.setattr(training_loop, "cpu_has_native_bf16", lambda: True)
@@ -70,7 +71,8 @@ def test_pipeline_trains_with_the_measured_recipe_of_its_device(
     assert "--bf16" not in PipelineConfig(task="SafetyCarRun-v0").training_args()
     gpu = PipelineConfig(task="SafetyCarRun-v0", preset="paper", device="cuda", update_steps=9_000)
     assert gpu.training_args() == [
-        "--preset", "paper", "--device", "cuda", "--update-steps", "9000", "--bf16",
+        "--preset", "paper", "--device", "cuda", "--update-steps", "9000", "--seed", "0",
+        "--bf16",
     ]  # fmt: skip
     assert gpu.first_selected_step == 6_000
 
@@ -202,6 +204,7 @@ def test_pipeline_smoke_runs_every_stage_on_a_tiny_dataset(
         (["--update-steps", "0"], "--update-steps must be at least 1, got 0"),
         (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
         (["--from-step", "-1"], "--from-step must be at least 0, got -1"),
+        (["--seed", "-1"], "--seed must be at least 0, got -1"),
         (["--episodes", "0", "--seeds", "0"], "--episodes must be at least 1"),
         (["--dataset", "{tmp}/corrupt.hdf5"], "not a readable HDF5 file"),
     ],
@@ -231,6 +234,26 @@ def test_pipeline_passes_its_values_through_as_given() -> None:
     assert args[args.index("--batch-size") + 1] == "1"
     smoke = PipelineConfig(task="SafetyCarRun-v0", smoke=True)
     assert (smoke.steps, smoke.checkpoint_every, smoke.evaluation_episodes) == (20, 10, 1)
+    assert args[args.index("--seed") + 1] == "0" and config.model_name == "cdt-carrun"
+    second = PipelineConfig(task="SafetyCarRun-v0", seed=3)
+    assert second.model_name == "cdt-carrun-s3"  # its own folders: it does not resume seed 0's
+    args = second.training_args()
+    assert args[args.index("--seed") + 1] == "3"
+
+
+def test_pipeline_refuses_to_resume_another_seeds_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    dataset = write_dataset(tmp_path / "tiny.hdf5")
+    run_dir = tmp_path / "runs" / "pipeline-mine"
+    run_dir.mkdir(parents=True)
+    (run_dir / "last.json").write_text(json.dumps({"seed": 0}))
+    argv = ["--task", "SafetyBallRun-v0", "--dataset", str(dataset), "--name", "mine"]
+    with pytest.raises(SystemExit) as exit_info:
+        pipeline.main([*argv, "--seed", "1"])
+    assert exit_info.value.code == 2
+    assert "trains seed 0, not --seed 1" in capsys.readouterr().err
 
 
 def test_pipeline_leaves_a_model_it_did_not_make_alone(
