@@ -151,17 +151,16 @@ def measure(
     """No hold's steady and cut rows on the selection seeds, then each hold's, running only what
     the hold changes: no hold's steady rows stand for the budgets it leaves alone, and where no
     hold already keeps every cut no hold can keep more (`choose`), so none is run."""
-    with tempfile.TemporaryDirectory(prefix="cdt-cut-ready-") as scratch:
-        unheld = _measured(model_dir, card, None, REPORTED_BUDGETS, episodes, workers)
+    with tempfile.TemporaryDirectory(prefix="cdt-cut-ready-") as folder:
+        scratch = Path(folder)
+        unheld = _measured(model_dir, scratch, card, None, REPORTED_BUDGETS, episodes, workers)
         if unheld.cut_share_over == 0:
             logger.info("no hold keeps every cut: the holds are not measured")
             return [unheld]
         measured = [unheld]
-        for number, ready_from in enumerate(settings):
-            guard = held_guard(card.guard, ready_from)
-            copy = copy_with_guard(model_dir, Path(scratch) / f"c{number}", guard)
+        for ready_from in settings:
             budgets = held_budgets(ready_from)
-            held = _measured(copy, card, ready_from, budgets, episodes, workers)
+            held = _measured(model_dir, scratch, card, ready_from, budgets, episodes, workers)
             fresh = {(row.target_cost, row.deterministic): row for row in held.rows}
             rows = [fresh.get((row.target_cost, row.deterministic), row) for row in unheld.rows]
             measured.append(dataclasses.replace(held, rows=rows))
@@ -170,15 +169,20 @@ def measure(
 
 def _measured(
     model_dir: Path,
+    scratch: Path,
     card: ModelCard,
     ready_from: float | None,
     budgets: Sequence[float],
     episodes: int,
     workers: int,
 ) -> CutCandidate:
+    """One setting's rows at `budgets` and its cut rows, run on a copy of the model in `scratch`
+    whose card holds as `ready_from` says (no hold included: the card on disk may hold)."""
     label = describe_hold(ready_from)
-    rows = served_selection_rows(model_dir, card, episodes, workers, label, budgets)
-    measured = CutCandidate(rows, cut_rows(model_dir, card, episodes, workers), ready_from)
+    guard = held_guard(card.guard, ready_from)
+    copy = copy_with_guard(model_dir, scratch / label.replace(" ", "-"), guard)
+    rows = served_selection_rows(copy, card, episodes, workers, label, budgets)
+    measured = CutCandidate(rows, cut_rows(copy, card, episodes, workers), ready_from)
     logger.info("%s: %.0f %% over after the cut", label, 100 * measured.cut_share_over)
     return measured
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from runtime.budget_guard import BudgetGuard
-from runtime.card import read_card
+from runtime.card import read_card, update_card
 from runtime.policy import Policy
 from tests.service.toy_policy import write_test_policy
 from tests.training.evaluation.guard_rows import steady_rows
@@ -107,6 +107,21 @@ def test_a_hold_runs_the_budgets_it_leaves_alone_as_no_hold_does(
         assert held == unheld[: len(held)]
     moved = copy_with_guard(toy_policy, tmp_path / "moved", held_guard(card.guard, 0.0))
     assert served_selection_rows(moved, card, 2, 1, "held", [20.0]) != unheld[2:]  # it can differ
+
+
+def test_no_hold_is_measured_without_the_hold_a_card_already_has(
+    toy_policy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    update_card(toy_policy, budget_guard=held_guard(BudgetGuard(), 30.0).model_dump())
+    floors: list[tuple[str, float]] = []
+
+    def recorded(*args: Any) -> Any:
+        floors.append((args[4], read_card(args[0]).guard.cut_floor))
+        return served_selection_rows(*args)
+
+    monkeypatch.setattr(cut_ready_module, "served_selection_rows", recorded)
+    measure(toy_policy, Policy.load(toy_policy).card, [30.0], 1, 1)
+    assert floors == [("no hold", 0.0), ("hold to 10 from limit 30", 10.0)]
 
 
 def test_no_hold_that_keeps_every_cut_is_measured_alone(
