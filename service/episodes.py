@@ -31,6 +31,7 @@ from service.episode_state import (
     is_retry,
     next_revision,
     open_episode,
+    over_budget,
     rebudget,
     step_response,
 )
@@ -116,10 +117,18 @@ class EpisodeService:
         """Subtract the env's reward and cost, append the observation, return the next action
         as `reply`. A retry of the last step changes nothing, so its `precondition` is not
         checked: it gets the recorded action."""
-        stepped = partial(self._stepped, request=request)
+        overran: list[bool] = []  # of the plan whose record was written (the last one run)
+
+        def stepped(record: EpisodeRecord) -> EpisodeRecord | PendingAction:
+            planned = self._stepped(record, request)
+            overran[:] = [crosses_its_limit(record, planned)]
+            return planned
+
         started = time.perf_counter()
         record = await self.inference.mutate(episode_id, self.owner, stepped, precondition)
         self._observe_step(record, "step", started)
+        if overran and overran[0]:
+            self.metrics.record_overrun(record.model, record.budget_guard)
         return step_response(record, self._policy(record).card, reply)
 
     async def update_budget(
@@ -175,3 +184,11 @@ class EpisodeService:
     def _policy(self, record: EpisodeRecord) -> Policy:
         """The model version `record` is pinned to."""
         return self.repository.pinned(record.model, record.model_version)
+
+
+def crosses_its_limit(before: EpisodeRecord, planned: EpisodeRecord | PendingAction) -> bool:
+    """Whether a step's cost takes its episode's total past the cost limit in force: counted as
+    it happens, so `/metrics` sees an overrun even when the episode later expires unended."""
+    if not isinstance(planned, PendingAction):  # a retry: the step was counted the first time
+        return False
+    return not over_budget(before.context) and over_budget(planned.record.context)

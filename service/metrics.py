@@ -77,6 +77,12 @@ class Metrics:
             "Ended episodes whose total cost exceeded the cost limit in force at their end.",
             by_model, registry=self.registry,
         )  # fmt: skip
+        self.budget_overruns = Counter(
+            "cdt_budget_overruns_total",
+            "Steps whose cost took an episode's total past its cost limit, counted as they"
+            " happen (episodes that later expire unended included), by model and guard.",
+            by_model, registry=self.registry,
+        )  # fmt: skip
         self.cost_ratio = Histogram(
             "cdt_episode_cost_ratio",
             f"Ended episodes' total cost / cost limit (capped at {COST_RATIO_CAP:g}).",
@@ -108,6 +114,10 @@ class Metrics:
         for action, steps in summary.guarded_steps_by_action.items():
             if steps:
                 self.guarded_steps.labels(summary.model, action).inc(steps)
+
+    def record_overrun(self, model: str, budget_guard: bool) -> None:
+        """Count a step that took its episode over its cost limit."""
+        self.budget_overruns.labels(model, "on" if budget_guard else "off").inc()
 
     def track_active_episodes(self, count: Callable[[], float]) -> None:
         """Read the live-episode gauge from the store at scrape time."""

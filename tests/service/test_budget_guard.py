@@ -243,6 +243,24 @@ def test_metrics_count_ended_episodes_over_budget_their_cost_ratio_and_guarded_s
     assert 'cdt_model_step_latency_seconds_count{kind="step",model="toy"} 3.0' in text
 
 
+def test_metrics_count_an_overrun_at_its_step_once_even_if_the_episode_never_ends(
+    guarded_client: TestClient,
+) -> None:
+    client = guarded_client
+    ended = client.post("/v1/episodes", json=START).json()["episode_id"]
+    step(client, ended, 6.0, 1)  # 6 of 10
+    step(client, ended, 6.0, 2)  # 12: over
+    step(client, ended, 6.0, 2)  # the same step again (a client's retry): not a second overrun
+    step(client, ended, 1.0, 3)  # still over: not a new one
+    client.delete(f"/v1/episodes/{ended}")
+    abandoned = client.post("/v1/episodes", json=START | {"budget_guard": False}).json()
+    step(client, abandoned["episode_id"], 11.0, 1)  # its client goes away: it will expire
+    text = client.get("/metrics").text
+    assert 'cdt_budget_overruns_total{budget_guard="on",model="toy"} 1.0' in text
+    assert 'cdt_budget_overruns_total{budget_guard="off",model="toy"} 1.0' in text
+    assert 'cdt_episodes_over_budget_total{budget_guard="off",model="toy"}' not in text
+
+
 def test_policy_client_sends_budget_guard_false_only_when_asked(
     guarded_client: TestClient,
 ) -> None:
