@@ -1,5 +1,11 @@
 """Selection rows as served: the episodes the guard choices (`cdt guidance`, `cdt shield`,
-`cdt cut-ready`) measure a model variant by, on the selection seeds with the budget guard on."""
+`cdt cut-ready`) measure a model variant by, on the selection seeds with the budget guard on.
+
+The two action modes run on disjoint seeds. Wherever the guard watches the whole budget it takes
+the mean action while the episode can still go over, so on shared seeds a sampled row and a mean
+row were the same episodes (cdt-dronecircle at budget 10: equal to the last digit), and a choice
+saw one sample of the tail where it paid for two (docs/decisions/budget-guard.md).
+"""
 
 from __future__ import annotations
 
@@ -51,7 +57,8 @@ def served_selection_results(
     schedule: tuple[tuple[int, float], ...] = (),
 ) -> list[EpisodeResult]:
     """The episodes of each budget in both action modes on the selection seeds, as served
-    (budget guard on, with `schedule`'s budget changes), one job per budget and mode."""
+    (budget guard on, with `schedule`'s budget changes), one job per budget and mode; the mean
+    action's episodes on the `episodes` seeds after the sampled ones'."""
     selection_reward_range(card)
     targets = [target.model_dump() for target in card.default_targets or []]
     jobs = [
@@ -59,7 +66,12 @@ def served_selection_results(
             str(model_dir),
             card.task,
             tuple(
-                replace(spec, budget_guard=True, cost_schedule=schedule)
+                replace(
+                    spec,
+                    seed=spec.seed + (episodes if deterministic else 0),
+                    budget_guard=True,
+                    cost_schedule=schedule,
+                )
                 for spec in selection_specs(targets, [budget], [deterministic], episodes)
             ),
         )
