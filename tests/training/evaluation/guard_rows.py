@@ -1,6 +1,25 @@
-"""Synthetic selection rows for the tests of the guard choices (`cdt shield`, `cdt cut-ready`)."""
+"""Synthetic selection rows and a toy model for the tests of the guard choices (`cdt shield`,
+`cdt cut-ready`) and the rows they measure."""
+
+import json
+from pathlib import Path
+from typing import Any
 
 from runtime.evaluation_protocol import BudgetRow
+from tests.service.toy_policy import write_test_policy
+
+TASK = "SafetyBallRun-v0"  # obs_dim 7, act_dim 2, 100-step episodes
+
+
+def write_selection_toy(directory: Path, **card_fields: Any) -> Path:
+    """The toy policy as a BallRun model whose card names default targets at 10, 20 and 40 and
+    `card_fields`, so that selection rows can run it."""
+    directory = write_test_policy(directory, observation_dim=7, action_dim=2)
+    card = json.loads((directory / "model.json").read_text())
+    card |= {"task": TASK, "budget_guard_measured": None} | card_fields
+    card["default_targets"] = [{"reward": 50.0, "cost": budget} for budget in (10, 20, 40)]
+    (directory / "model.json").write_text(json.dumps(card))
+    return directory
 
 
 def steady_rows(share_over: float, reward: float) -> list[BudgetRow]:

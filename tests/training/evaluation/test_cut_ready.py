@@ -1,6 +1,5 @@
 """`cdt cut-ready`: the choice of a hold for budget cuts, the card's record, a short real run."""
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -9,8 +8,7 @@ import pytest
 from runtime.budget_guard import BudgetGuard
 from runtime.card import read_card, update_card
 from runtime.policy import Policy
-from tests.service.toy_policy import write_test_policy
-from tests.training.evaluation.guard_rows import steady_rows
+from tests.training.evaluation.guard_rows import steady_rows, write_selection_toy
 from training.evaluation import cut_ready as cut_ready_module
 from training.evaluation.cut_ready import (
     CutCandidate,
@@ -23,8 +21,6 @@ from training.evaluation.cut_ready import (
 )
 from training.evaluation.served_rows import served_selection_rows
 from training.evaluation.shield import copy_with_guard
-
-TASK = "SafetyBallRun-v0"  # obs_dim 7, act_dim 2, 100-step episodes
 
 
 def candidate(
@@ -57,12 +53,7 @@ def test_held_guard_sets_the_floor_and_where_it_starts() -> None:
 
 @pytest.fixture
 def toy_policy(tmp_path: Path) -> Path:
-    directory = write_test_policy(tmp_path / "toy", observation_dim=7, action_dim=2)
-    card = json.loads((directory / "model.json").read_text())
-    card |= {"task": TASK, "budget_guard_measured": None}
-    card["default_targets"] = [{"reward": 50.0, "cost": budget} for budget in (10, 20, 40)]
-    (directory / "model.json").write_text(json.dumps(card))
-    return directory
+    return write_selection_toy(tmp_path / "toy")
 
 
 def test_measure_runs_only_what_each_hold_changes(

@@ -1,6 +1,5 @@
 """The selection rows as served: which episodes each budget and action mode runs."""
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -8,22 +7,15 @@ import pytest
 
 from runtime.evaluation_protocol import SELECTION_SEED_BASE
 from runtime.policy import Policy
-from tests.service.toy_policy import write_test_policy
+from tests.training.evaluation.guard_rows import write_selection_toy
 from training.evaluation import served_rows as served_rows_module
 from training.evaluation.evaluate import RolloutJob
 from training.evaluation.served_rows import served_selection_results, served_selection_rows
 
-TASK = "SafetyBallRun-v0"  # obs_dim 7, act_dim 2, 100-step episodes
-
 
 @pytest.fixture
 def toy_policy(tmp_path: Path) -> Path:
-    directory = write_test_policy(tmp_path / "toy", observation_dim=7, action_dim=2)
-    card = json.loads((directory / "model.json").read_text())
-    card |= {"task": TASK, "budget_guard_measured": None}
-    card["default_targets"] = [{"reward": 50.0, "cost": budget} for budget in (10, 20, 40)]
-    (directory / "model.json").write_text(json.dumps(card))
-    return directory
+    return write_selection_toy(tmp_path / "toy")
 
 
 def test_the_two_action_modes_run_on_disjoint_selection_seeds(

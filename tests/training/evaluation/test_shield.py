@@ -1,7 +1,6 @@
 """`cdt shield`: the choice of the guard's shield, what the card records, a short real run."""
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +11,10 @@ from runtime.evaluation_protocol import BudgetRow
 from runtime.policy import Policy
 from tests.runtime.toy_critic import write_test_critic
 from tests.service.toy_policy import write_test_policy
-from tests.training.evaluation.guard_rows import steady_rows
+from tests.training.evaluation.guard_rows import steady_rows, write_selection_toy
 from training.evaluation import shield as shield_module
 from training.evaluation.shield import ShieldCandidate, choose, main, measure_shields
 
-TASK = "SafetyBallRun-v0"  # obs_dim 7, act_dim 2, 100-step episodes
 CRITIC = {
     "discount": 0.9, "dataset": "toy.hdf5", "update_steps": 10, "validation_mse": 0.1,
     "target_variance": 1.0,
@@ -39,12 +37,8 @@ def test_choose_keeps_budgets_first_then_reward_within_the_reward_bar() -> None:
 
 @pytest.fixture
 def critic_policy(tmp_path: Path) -> Path:
-    directory = write_test_policy(tmp_path / "toy", observation_dim=7, action_dim=2)
+    directory = write_selection_toy(tmp_path / "toy", cost_critic=CRITIC)
     write_test_critic(directory, observation_dim=7, action_dim=2)  # cost = 2 a_0 + 0.1 s_0
-    card = json.loads((directory / "model.json").read_text())
-    card |= {"task": TASK, "cost_critic": CRITIC, "budget_guard_measured": None}
-    card["default_targets"] = [{"reward": 50.0, "cost": budget} for budget in (10, 20, 40)]
-    (directory / "model.json").write_text(json.dumps(card))
     return directory
 
 
