@@ -39,6 +39,10 @@ if TYPE_CHECKING:
     from runtime.context import EpisodeContext
 
 
+GUARD_TARGET_SHARE_OVER = 0.05
+"""The budget guard's target: at most one episode in twenty over budget (issue 28)."""
+
+
 class GuardAction(StrEnum):
     """What the guard did to one step's action (`none`: it did not act)."""
 

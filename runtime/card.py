@@ -11,7 +11,7 @@ from typing import Any, Self
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
-from runtime.budget_guard import DEFAULT_GUARD, BudgetGuard
+from runtime.budget_guard import DEFAULT_GUARD, GUARD_TARGET_SHARE_OVER, BudgetGuard
 from runtime.files import CARD_FILE, write_atomic
 from runtime.user_errors import UserError
 
@@ -229,16 +229,31 @@ class ModelCard(BaseModel):
             return 1.0
         return interpolated_scale(points, budget) / self.budget_scale
 
-    def budget_warnings(self, target_cost: float) -> list[str]:
-        """Warn when an episode's cost limit lies outside the validated range."""
+    def guard_validated_range(self) -> tuple[float, float] | None:
+        """The lowest to the highest steady budget of `budget_guard_measured`, where the guard
+        let at most its target share of episodes over in every steady row (None: unmeasured, or
+        a row missed)."""
+        rows = [row for row in self.budget_guard_measured or [] if not row.cost_schedule]
+        if not rows or any(row.guarded.share_over_budget > GUARD_TARGET_SHARE_OVER for row in rows):
+            return None
+        budgets = [row.budget for row in rows]
+        return min(budgets), max(budgets)
+
+    def budget_warnings(self, target_cost: float, guarded: bool = False) -> list[str]:
+        """Warn when an episode's cost limit lies outside the validated range (for an episode
+        with the budget guard on, also outside the range the guard was measured to keep)."""
         if self.validated_cost_range is None:
             return []
-        low, high = self.validated_cost_range
-        if low <= target_cost <= high:
+        ranges = [self.validated_cost_range]
+        guard_range = self.guard_validated_range() if guarded else None
+        if guard_range is not None:
+            ranges.append(guard_range)
+        if any(low <= target_cost <= high for low, high in ranges):
             return []
+        named = " or ".join(f"[{low:g}, {high:g}]" for low, high in ranges)
         return [
-            f"cost limit {target_cost:g} lies outside the validated range "
-            f"[{low:g}, {high:g}] of {self.name} {self.version}; the cost is not guaranteed"
+            f"cost limit {target_cost:g} lies outside the validated range {named} of "
+            f"{self.name} {self.version}; the cost is not guaranteed"
         ]
 
 

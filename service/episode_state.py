@@ -214,7 +214,7 @@ def step_response(record: EpisodeRecord, card: ModelCard, reply: type[Reply]) ->
         budget_exhausted=context.budget_exhausted,
         model=record.model,
         model_version=record.model_version,
-        warnings=card.budget_warnings(context.target_cost),
+        warnings=card.budget_warnings(context.target_cost, record.budget_guard),
         budget_guard=record.budget_guard,
         guarded=record.guard_action is not GuardAction.NONE,
         guard_action=record.guard_action.value,
@@ -243,7 +243,11 @@ def episode_public(
         seed=record.seed,
         created_at=record.created_at,
         expires_at=expires_at,
-        warnings=card.budget_warnings(context.target_cost) if card is not None else [],
+        warnings=(
+            card.budget_warnings(context.target_cost, record.budget_guard)
+            if card is not None
+            else []
+        ),
         budget_guard=record.budget_guard,
         cut_floor=record.cut_floor,
         guarded_steps=record.guard_tally.guarded_steps,

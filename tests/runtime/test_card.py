@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.card import CardError, read_card, update_card, write_card
+from runtime.card import CardError, GuardMeasurement, read_card, update_card, write_card
 from runtime.user_errors import UserError
 
 CARD = {
@@ -114,3 +114,26 @@ def test_a_broken_card_is_one_line_naming_each_problem(
     message = str(error.value)
     assert message.startswith(f"{tmp_path / 'model.json'}: {said}") and "\n" not in message
     assert isinstance(error.value, UserError)  # `cdt` answers it in one line, exit 2
+
+
+def guard_row(budget: float, share_over: float, schedule: str = "") -> GuardMeasurement:
+    figures = {"share_over_budget": share_over, "cost_mean": budget / 2}
+    return GuardMeasurement.model_validate({
+        "budget": budget, "action_mode": "mean", "cost_schedule": schedule, "episodes": 20,
+        "first_seed": 7, "guarded": figures, "unguarded": figures | {"share_over_budget": 0.5},
+    })  # fmt: skip
+
+
+def test_a_guarded_episode_is_not_warned_within_the_budgets_the_guard_kept(
+    tmp_path: Path,
+) -> None:
+    measured = [guard_row(10.0, 0.0), guard_row(40.0, 0.05), guard_row(40.0, 0.9, "0:40,150:10")]
+    card = write_card(tmp_path, CARD | {"validated_cost_range": [30.0, 60.0]})
+    guarded = card.model_copy(update={"budget_guard_measured": measured})
+    assert guarded.guard_validated_range() == (10.0, 40.0)  # a cut's row is not a steady budget
+    assert guarded.budget_warnings(10.0, guarded=True) == []
+    assert "validated range [30, 60]" in guarded.budget_warnings(10.0)[0]  # the model alone
+    assert "[30, 60] or [10, 40]" in guarded.budget_warnings(5.0, guarded=True)[0]
+    missed = [guard_row(10.0, 0.1), guard_row(40.0, 0.0)]
+    broken = card.model_copy(update={"budget_guard_measured": missed})
+    assert broken.guard_validated_range() is None and broken.budget_warnings(10.0, guarded=True)

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from runtime.arguments import CommandParser, non_negative_float, positive_int
-from runtime.budget_guard import BudgetGuard
+from runtime.budget_guard import GUARD_TARGET_SHARE_OVER, BudgetGuard
 from runtime.card import ModelCard, read_card
 from runtime.evaluation_protocol import REPORTED_BUDGETS
 from runtime.scores import normalised_reward
@@ -47,7 +47,6 @@ from training.evaluation.served_rows import (
 )
 from training.evaluation.shield import (
     EPISODES,
-    GUARD_TARGET_SHARE_OVER,
     MAX_REWARD_GIVEN_UP,
     MAX_SHARE_OVER,
     MeasuredGuard,

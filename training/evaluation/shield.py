@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from runtime.arguments import CommandParser, non_negative_float, positive_int, share
-from runtime.budget_guard import DEFAULT_GUARD, BudgetGuard
+from runtime.budget_guard import DEFAULT_GUARD, GUARD_TARGET_SHARE_OVER, BudgetGuard
 from runtime.card import ModelCard, read_card, update_card
 from runtime.evaluation_protocol import BudgetRow
 from runtime.files import CARD_FILE
@@ -53,8 +53,6 @@ CarCircle's does (1) and a looser one (docs/decisions/budget-guard.md)."""
 EPISODES = 40
 """Selection episodes per budget and action mode: with 20, CarCircle's margin of 15 showed no
 episode over at 20, with 40 two (docs/decisions/budget-guard.md); the target is one in twenty."""
-GUARD_TARGET_SHARE_OVER = 0.05
-"""The budget guard's target: at most one episode in twenty over budget (issue 28)."""
 MAX_SHARE_OVER = GUARD_TARGET_SHARE_OVER / 2
 """Half the guard's target, as `cdt guidance` halves the selection rule's share: held-out seeds
 see more of the tail than the seeds that chose."""
