@@ -242,19 +242,25 @@ class ModelCard(BaseModel):
     def budget_warnings(self, target_cost: float, guarded: bool = False) -> list[str]:
         """Warn when an episode's cost limit lies outside the validated range (for an episode
         with the budget guard on, also outside the range the guard was measured to keep)."""
-        if self.validated_cost_range is None:
+        if self.validated_cost_range is None or _within(target_cost, self.validated_cost_range):
             return []
+        # every step's answer asks: the guard's rows are read only where the model's range misses
         ranges = [self.validated_cost_range]
         guard_range = self.guard_validated_range() if guarded else None
         if guard_range is not None:
+            if _within(target_cost, guard_range):
+                return []
             ranges.append(guard_range)
-        if any(low <= target_cost <= high for low, high in ranges):
-            return []
         named = " or ".join(f"[{low:g}, {high:g}]" for low, high in ranges)
         return [
             f"cost limit {target_cost:g} lies outside the validated range {named} of "
             f"{self.name} {self.version}; the cost is not guaranteed"
         ]
+
+
+def _within(value: float, bounds: tuple[float, float]) -> bool:
+    low, high = bounds
+    return low <= value <= high
 
 
 def read_card(directory: Path) -> ModelCard:
