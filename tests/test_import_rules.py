@@ -33,6 +33,7 @@ LAYERS = {
     "heap": "common",  # where freed memory goes; any training process may set it
     "checkpoint": "common",  # checkpoint files: atomic writes, weights-only loading
     "interrupt": "common",  # Ctrl-C and SIGTERM as a stop at the next step, for every trainer
+    "run_lock": "common",  # one process at a time per run folder (collect, train, pipeline)
     "data": "data",
     "collect": "collect",
     "learn": "learn",

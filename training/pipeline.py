@@ -35,6 +35,7 @@ from training.data.dataset import load_dataset
 from training.learn.config import PRESETS, parse_config
 from training.ledger import cpu_name
 from training.pipeline_stages import STAGES, Stage
+from training.run_lock import run_folder_lock
 from training.train_cli import check_config, check_device
 
 logger = logging.getLogger(__name__)
@@ -228,8 +229,12 @@ def run_pipeline(config: PipelineConfig, stages: list[Stage] = STAGES) -> dict[s
     Each stage's wall time, an interrupted one's included, is also added to `stage_seconds.json`
     in the run's folder, so the time from nothing to a served policy survives stops and resumes.
     """
+    with run_folder_lock(config.run_dir, "cdt pipeline"):  # its training stage re-enters it
+        return _run_stages(config, stages)
+
+
+def _run_stages(config: PipelineConfig, stages: list[Stage]) -> dict[str, float]:
     seconds: dict[str, float] = {}
-    config.run_dir.mkdir(parents=True, exist_ok=True)
     (config.run_dir / "cpu.txt").write_text(cpu_name() + "\n")  # for bench/pipeline_stages.py
     for number, (name, run, done) in enumerate(stages, start=1):
         if done(config):

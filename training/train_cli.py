@@ -28,6 +28,7 @@ from runtime.arguments import (
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.data.dataset import read_task
 from training.learn.config import ConfigError, TrainConfig, parse_config
+from training.run_lock import LOCK_FILE
 
 
 def _flag(name: str) -> str:
@@ -98,7 +99,7 @@ def check_run_dir(config: TrainConfig) -> None:
     if config.resume is not None:
         return
     run_dir = config.run_dir(read_task(config.dataset))
-    if run_dir.is_dir() and any(run_dir.iterdir()):
+    if run_dir.is_dir() and any(path.name != LOCK_FILE for path in run_dir.iterdir()):
         raise UserError(
             f"{run_dir} holds an earlier run: continue it with --resume {run_dir / 'last.pt'},"
             " or start a new one with --run-name NAME (or another --out-dir)"

@@ -4,6 +4,8 @@ evaluation it hands the training loop."""
 from __future__ import annotations
 
 import csv
+import fcntl
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from tests.training.cdt_synthetic import write_dataset
 from training.checkpoint import load_checkpoint
 from training.evaluation import checkpoint_scores
 from training.ledger import read_ledger
+from training.run_lock import LOCK_FILE
 from training.train_cli import main
 
 
@@ -94,6 +97,31 @@ def test_train_cli_never_starts_a_new_run_in_a_folder_holding_an_earlier_one(
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and f"--resume {earlier / 'last.pt'}" in error
     assert sorted(p.name for p in earlier.iterdir()) == ["best.pt"]  # nothing written beside it
+
+
+def test_train_cli_refuses_a_run_folder_another_process_is_writing(
+    dataset_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], private_ledger: Path
+):
+    argv = ["--dataset", str(dataset_path), "--out-dir", str(tmp_path), "--run-name", "busy"]
+    main([*argv, *TINY, "--eval-every", "0"])
+    run = tmp_path / "busy"
+    written = (run / "last.pt").read_bytes()
+    capsys.readouterr()
+    holder = os.open(run / LOCK_FILE, os.O_RDWR)  # another open file: as another process
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.pwrite(holder, b"cdt pipeline (pid 4242)\n", 0)
+        with pytest.raises(SystemExit) as stopped:
+            main(["--resume", str(run / "last.pt"), "--update-steps", "4", "--no-tensorboard"])
+    finally:
+        os.close(holder)
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "in use by cdt pipeline (pid 4242)" in error
+    assert (run / "last.pt").read_bytes() == written  # the holder's run is left alone
+    assert [entry.outcome for entry in read_ledger(private_ledger)] == ["done"]  # no second run
+    main(["--resume", str(run / "last.pt"), "--update-steps", "4", "--no-tensorboard"])
+    assert load_checkpoint(run / "last.pt")["step"] == 4  # free again once the holder is gone
 
 
 @pytest.mark.parametrize(

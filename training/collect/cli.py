@@ -14,6 +14,7 @@ from runtime.files import check_writable, refuse_overwrite
 from runtime.sim import check_task
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.collect.settings import CollectConfig, output_paths
+from training.run_lock import run_folder_lock
 
 
 def check_before_collecting(config: CollectConfig) -> None:
@@ -37,9 +38,10 @@ def main(argv: list[str] | None = None) -> None:
     # Imported after parsing: the run loads torch and the simulator (~2 s); --help needs neither.
     from training.collect.collection import finalize, learn
 
-    if not config.finalize_only:
-        learn(config)
-    path = finalize(config)
+    with run_folder_lock(config.run_path, "cdt collect"):
+        if not config.finalize_only:
+            learn(config)
+        path = finalize(config)
     print(f"dataset written: {path}")
 
 

@@ -18,6 +18,7 @@ from training.learn.probe import BudgetIgnored
 from training.learn.state import EvaluateCheckpoint
 from training.learn.train import train
 from training.ledger import record_training, training_ending
+from training.run_lock import run_folder_lock
 
 
 def train_and_record(
@@ -25,7 +26,8 @@ def train_and_record(
 ) -> Path:
     """`train(config, evaluate_checkpoint)`, recorded in the ledger; exceptions pass through.
 
-    A `CheckpointError` (a `--resume` that cannot be read) is not recorded: no run started.
+    A `CheckpointError` (a `--resume` that cannot be read) is not recorded: no run started, nor
+    is a run folder that another process is writing (`UserError`, `training.run_lock`).
     """
     task = read_task(config.dataset)
     started = time.perf_counter()
@@ -43,13 +45,14 @@ def train_and_record(
             recipe=config.recipe(),
         )
 
-    try:
-        path = train(config, evaluate_checkpoint=evaluate_checkpoint)
-    except (Exception, TrainingInterrupted) as error:
-        if isinstance(error, BudgetIgnored):
-            log(f"stopped: {error}", error.step)
-        elif not isinstance(error, CheckpointError):  # a --resume that cannot be read: no run
-            log(*training_ending(error))
-        raise
-    log("done", config.update_steps)
+    with run_folder_lock(config.run_dir(task), "cdt train"):
+        try:
+            path = train(config, evaluate_checkpoint=evaluate_checkpoint)
+        except (Exception, TrainingInterrupted) as error:
+            if isinstance(error, BudgetIgnored):
+                log(f"stopped: {error}", error.step)
+            elif not isinstance(error, CheckpointError):  # a --resume that cannot be read: no run
+                log(*training_ending(error))
+            raise
+        log("done", config.update_steps)
     return path
