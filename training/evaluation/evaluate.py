@@ -115,7 +115,8 @@ def run_job(job: RolloutJob) -> list[EpisodeResult]:
 
 
 def run_parallel(jobs: list[RolloutJob], workers: int, label: str) -> list[EpisodeResult]:
-    """Run the jobs, in `workers` processes when more than one; with a progress bar."""
+    """Run the jobs, in `workers` processes when more than one; with a progress bar. The results
+    come in the jobs' order, however the workers finish (rows summarised from them keep it)."""
     results: list[EpisodeResult] = []
     total = sum(len(job.specs) for job in jobs)
     with tqdm(total=total, desc=label, unit="episode") as progress:
@@ -128,9 +129,8 @@ def run_parallel(jobs: list[RolloutJob], workers: int, label: str) -> list[Episo
         with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
             futures = {pool.submit(run_job, job): job for job in jobs}
             for future in as_completed(futures):
-                results += future.result()
                 progress.update(len(futures[future].specs))
-    return results
+            return [result for future in futures for result in future.result()]
 
 
 def _summary(

@@ -82,11 +82,18 @@ class MeasuredGuard:
         return float(np.mean([row.normalised_reward for row in self.rows]))
 
     def reward_given_up(self, base: MeasuredGuard) -> float:
-        """The most normalised reward points below `base`'s, row by row."""
+        """The most normalised reward points below `base`'s, row by row: each row against
+        `base`'s of the same target, budget and action mode (the rows' order is not theirs)."""
+        base_rows = {_row_key(row): row for row in base.rows}
+        if set(base_rows) != {_row_key(row) for row in self.rows}:
+            raise ValueError("the guards were measured on different rows")
         return max(
-            other.normalised_reward - row.normalised_reward
-            for row, other in zip(self.rows, base.rows, strict=True)
+            base_rows[_row_key(row)].normalised_reward - row.normalised_reward for row in self.rows
         )
+
+
+def _row_key(row: BudgetRow) -> tuple[float, float, bool]:
+    return row.target_reward, row.target_cost, row.deterministic
 
 
 @dataclasses.dataclass(frozen=True)

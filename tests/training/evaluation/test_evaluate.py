@@ -1,6 +1,8 @@
 """Offline evaluation through the service's inference code, on a tiny ONNX policy."""
 
 import json
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from training.evaluation.evaluate import (
     evaluate_policy_dir,
     main,
     run_job,
+    run_parallel,
     to_markdown,
 )
 from training.evaluation.sweeps import budget_change_study, plot_budget_change, plot_sweep
@@ -65,6 +68,42 @@ def test_budget_change_study_records_per_step_costs(ballrun_policy: Path, tmp_pa
     assert study["mean_step_costs"][:50] == study["control_mean_step_costs"][:50]
     plot_budget_change(study, tmp_path / "budget_change.png")
     assert (tmp_path / "budget_change.png").read_bytes().startswith(b"\x89PNG")
+
+
+class InlinePool:
+    """A process pool that runs each job at once, in the caller's process."""
+
+    def __init__(self, **_: Any) -> None:
+        pass
+
+    def __enter__(self) -> "InlinePool":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+    def submit(self, run: Callable[[RolloutJob], Any], job: RolloutJob) -> Future[Any]:
+        future: Future[Any] = Future()
+        future.set_result(run(job))
+        return future
+
+
+def test_run_parallel_returns_episodes_in_the_jobs_order_however_workers_finish(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    budgets = {1: 10.0, 2: 20.0, 3: 40.0}  # seed: budget, one job each
+    specs = [
+        EpisodeSpec(seed, target_reward=50.0, target_cost=cost) for seed, cost in budgets.items()
+    ]
+    jobs = [RolloutJob("toy", TASK, (spec,)) for spec in specs]
+    monkeypatch.setattr(evaluate_module, "ProcessPoolExecutor", InlinePool)
+    monkeypatch.setattr(evaluate_module, "run_job", lambda job: [job.specs[0].seed])
+
+    def last_first(futures: Iterable[Future[Any]]) -> list[Future[Any]]:
+        return list(futures)[::-1]
+
+    monkeypatch.setattr(evaluate_module, "as_completed", last_first)
+    assert run_parallel(jobs, workers=2, label="toy") == [1, 2, 3]
 
 
 def test_plot_sweep_writes_a_png(tmp_path: Path) -> None:

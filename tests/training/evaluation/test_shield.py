@@ -35,6 +35,18 @@ def test_choose_keeps_budgets_first_then_reward_within_the_reward_bar() -> None:
     assert choose([unshielded, candidate(15.0, 0.1, 61.0)], 0.05, 3.0).margin == 15.0
 
 
+def test_reward_given_up_compares_rows_of_the_same_budget_and_mode_in_any_order() -> None:
+    unshielded = candidate(0.0, 0.15, 60.0)
+    sampled_ten = dataclasses.replace(unshielded.rows[0], normalised_reward=50.0)
+    unshielded = ShieldCandidate([sampled_ten, *unshielded.rows[1:]], 0.0, 0.0)
+    rows = [dataclasses.replace(row, normalised_reward=row.normalised_reward - 1.0)
+            for row in unshielded.rows]  # fmt: skip
+    shuffled = ShieldCandidate(rows[::-1], 15.0, 1.0)  # as the workers finished
+    assert shuffled.reward_given_up(unshielded) == pytest.approx(1.0)  # not 60 - 49 = 11
+    with pytest.raises(ValueError, match="different rows"):
+        ShieldCandidate(rows[1:], 15.0, 1.0).reward_given_up(unshielded)
+
+
 @pytest.fixture
 def critic_policy(tmp_path: Path) -> Path:
     directory = write_selection_toy(tmp_path / "toy", cost_critic=CRITIC)
