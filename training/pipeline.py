@@ -57,7 +57,8 @@ class PipelineConfig:
     - calibrate (`paper`): the scales in models/<name>/model.json; 60 episodes per measured row
     - critic: models/<name>/cost_critic.onnx, fit on the dataset (~3 min on a core)
     - shield: the budget guard's shield in model.json, 240 selection episodes without a
-      shield, then 240 for each of 6 settings (none where no episode went over without one)
+      shield, then 240 for each of 6 settings (160 at margin 25: its budget-10 rows are
+      margin 15's episodes; none where no episode went over without one)
     - cut-ready: whether the guard holds budgets for a mid-episode cut, in model.json, 320
       selection episodes without a hold, then 240 and 160 for the two holds (none where no
       hold keeps every cut)

@@ -16,7 +16,10 @@ in both action modes on 40 selection episodes each, as served (guard on), and ke
    an episode's budget comes first.
 
 Every candidate's rows go to the card's `evaluation.shield`; the chosen setting to its
-`budget_guard` (which drops what the old guard measured, as `cdt guard` does).
+`budget_guard` (which drops what the old guard measured, as `cdt guard` does). A budget no larger
+than two settings' margins is shielded from the first step under both, so with the same risk their
+episodes there are the same: the later setting takes the earlier one's rows (with the default
+settings, the margin-25 settings' rows at budget 10: a seventh of the stage's episodes).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import numpy as np
 from runtime.arguments import CommandParser, non_negative_float, positive_int, share
 from runtime.budget_guard import DEFAULT_GUARD, GUARD_TARGET_SHARE_OVER, BudgetGuard
 from runtime.card import ModelCard, read_card, update_card
-from runtime.evaluation_protocol import BudgetRow
+from runtime.evaluation_protocol import REPORTED_BUDGETS, BudgetRow
 from runtime.files import CARD_FILE
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.card_update import record_evaluation
@@ -142,18 +145,35 @@ def measure_shields(
     measured: list[ShieldCandidate] = []
     with tempfile.TemporaryDirectory(prefix="cdt-shield-") as scratch:
         for margin, risk in [(0.0, 0.0), *settings]:
-            copy = copy_with_guard(
-                model_dir, Path(scratch) / f"m{margin:g}-r{risk:g}",
-                shielded_guard(card.guard, margin, risk),
-            )  # fmt: skip
             label = describe_setting(margin, risk)
-            rows = served_selection_rows(copy, card, episodes, workers, label)
+            rows = shared_rows(measured, margin, risk)
+            covered = {row.target_cost for row in rows}
+            budgets = [budget for budget in REPORTED_BUDGETS if budget not in covered]
+            if budgets:
+                copy = copy_with_guard(
+                    model_dir, Path(scratch) / f"m{margin:g}-r{risk:g}",
+                    shielded_guard(card.guard, margin, risk),
+                )  # fmt: skip
+                rows += served_selection_rows(copy, card, episodes, workers, label, budgets)
+            rows.sort(key=lambda row: (row.target_cost, row.deterministic))
             measured.append(ShieldCandidate(rows, margin, risk))
             logger.info("%s: worst share over %.0f %%", label, 100 * measured[-1].worst_share_over)
             if measured[0].worst_share_over == 0:
                 logger.info("no episode went over without a shield: no shield is tried")
                 break
     return measured
+
+
+def shared_rows(measured: Sequence[ShieldCandidate], margin: float, risk: float) -> list[BudgetRow]:
+    """The most rows an earlier setting with the same risk measured at budgets no larger than
+    its margin and `margin`: the same episodes, shielded from the first step under both."""
+    shared: list[BudgetRow] = []
+    for earlier in measured:
+        if earlier.margin and earlier.risk == risk:
+            cover = min(earlier.margin, margin)
+            rows = [row for row in earlier.rows if row.target_cost <= cover]
+            shared = rows if len(rows) > len(shared) else shared
+    return shared
 
 
 def choose(

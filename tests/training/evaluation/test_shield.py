@@ -74,6 +74,31 @@ def test_measure_shields_runs_the_guard_with_each_shield_on_the_selection_seeds(
     assert (alone.margin, ran) == (0.0, ["no shield"])  # nothing went over: no shield tried
 
 
+def test_a_budget_within_two_margins_is_measured_once_per_risk(
+    critic_policy: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    card = Policy.load(critic_policy).card
+    measure = shield_module.served_selection_rows
+    ran: list[tuple[str, list[float]]] = []
+
+    def recorded(*args: Any) -> list[BudgetRow]:
+        ran.append((args[4], list(args[5])))
+        return measure(*args)
+
+    monkeypatch.setattr(shield_module, "served_selection_rows", recorded)
+    _, narrow, wide, other_risk = measure_shields(
+        critic_policy, card, [(20.0, 0.0), (40.0, 0.0), (40.0, 5.0)], 1, 1
+    )
+    assert [budgets for _, budgets in ran] == [[10, 20, 40], [10, 20, 40], [40], [10, 20, 40]]
+    alone = measure_shields(critic_policy, card, [(40.0, 0.0)], 1, 1)[1]
+    assert wide.rows == alone.rows  # the rows it took from the narrow margin are its own episodes
+    assert [row for row in wide.rows if row.target_cost <= 20] == [
+        row for row in narrow.rows if row.target_cost <= 20
+    ]
+    assert wide.rows != narrow.rows  # at 40 the margins differ
+    assert len(other_risk.rows) == 6 and other_risk.rows != wide.rows  # another risk: run anew
+
+
 def test_cdt_shield_records_every_candidate_and_sets_the_chosen_guard(
     critic_policy: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
