@@ -11,12 +11,15 @@ is the kernel's (`flock`): a killed process never leaves it held.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from runtime.user_errors import UserError
+
+logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
 """The lock's file in a run folder; it says which command holds it (the folder's other files are
@@ -53,6 +56,8 @@ def run_folder_lock(folder: Path, command: str) -> Iterator[None]:
                 f"{folder} is in use by {holder or 'another process'}: wait for it to end, or"
                 " write elsewhere (another --name, --run-name or --run-dir)"
             ) from None
+        except OSError as error:  # a file system without locks (some network mounts)
+            logger.warning("%s: not locked (%s); run one process on it at a time", folder, error)
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, f"{command} (pid {os.getpid()})\n".encode(), 0)
         _held[key] = 1

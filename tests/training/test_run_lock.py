@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import subprocess
@@ -61,3 +62,15 @@ def test_the_lock_is_reentrant_in_a_process_and_free_after_it(tmp_path: Path) ->
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released: no error
     finally:
         os.close(other)
+
+
+def test_a_file_system_without_locks_runs_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def unsupported(descriptor: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", unsupported)
+    with run_folder_lock(tmp_path / "run", "cdt train"):
+        pass
+    assert "not locked" in caplog.text and "No locks available" in caplog.text
