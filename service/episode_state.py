@@ -239,15 +239,12 @@ def episode_public(
         total_reward=context.total_reward,
         total_cost=context.total_cost,
         budget_exhausted=context.budget_exhausted,
+        over_budget=over_budget(context),
         deterministic=record.deterministic,
         seed=record.seed,
         created_at=record.created_at,
         expires_at=expires_at,
-        warnings=(
-            card.budget_warnings(context.target_cost, record.budget_guard)
-            if card is not None
-            else []
-        ),
+        warnings=episode_warnings(record, card),
         budget_guard=record.budget_guard,
         cut_floor=record.cut_floor,
         guarded_steps=record.guard_tally.guarded_steps,
@@ -274,6 +271,22 @@ def episode_summary(record: EpisodeRecord) -> EpisodeSummary:
         guarded_steps=record.guard_tally.guarded_steps,
         guarded_steps_by_action=record.guard_tally.counts(),
     )
+
+
+def episode_warnings(record: EpisodeRecord, card: ModelCard | None) -> list[str]:
+    """A live episode's warnings: over its cost limit already (after a cut below the cost spent,
+    no guard can bring it back), and a limit outside the card's validated range (none once its
+    model is gone)."""
+    context = record.context
+    warnings = []
+    if over_budget(context):
+        warnings.append(
+            f"cost spent {context.total_cost:g} exceeds the cost limit {context.target_cost:g}:"
+            " the episode is over budget"
+        )
+    if card is not None:
+        warnings += card.budget_warnings(context.target_cost, record.budget_guard)
+    return warnings
 
 
 def over_budget(context: EpisodeContext) -> bool:

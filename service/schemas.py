@@ -212,6 +212,10 @@ class EpisodePublic(WireModel):
     total_reward: float
     total_cost: float
     budget_exhausted: bool
+    over_budget: bool = Field(
+        default=False,
+        description="total cost > the cost limit in force (a cut below the cost spent: at once)",
+    )
     deterministic: bool
     seed: int
     created_at: float = Field(description="unix time")

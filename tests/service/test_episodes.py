@@ -107,6 +107,20 @@ def test_budget_cost_limit_subtracts_cost_already_spent(client: TestClient) -> N
     assert state["remaining_cost"] == 9.0 and state["target_cost"] == 13.0
 
 
+def test_a_cut_below_the_cost_spent_says_the_episode_is_over_budget(client: TestClient) -> None:
+    episode_id = start(client, target_cost=40.0)["episode_id"]
+    step(client, episode_id, cost=14.0)
+    assert not client.get(f"/v1/episodes/{episode_id}").json()["over_budget"]
+    cut = client.patch(f"/v1/episodes/{episode_id}/budget", json={"cost_limit": 10.0}).json()
+    assert cut["over_budget"] and cut["remaining_cost"] == 0.0
+    assert (
+        cut["warnings"][0] == "cost spent 14 exceeds the cost limit 10: the episode is over budget"
+    )
+    assert client.get(f"/v1/episodes/{episode_id}").json()["over_budget"]
+    raised = client.patch(f"/v1/episodes/{episode_id}/budget", json={"cost_limit": 20.0}).json()
+    assert not raised["over_budget"] and not raised["warnings"]
+
+
 def test_budget_outside_validated_range_warns(client: TestClient) -> None:
     assert start(client, target_cost=100.0)["warnings"]
     episode_id = start(client, target_cost=10.0)["episode_id"]
