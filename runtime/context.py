@@ -82,6 +82,7 @@ class EpisodeContext:
         """Open an episode: `R_0 = target_reward`, `C_0 = target_cost`, first observation at t=0."""
         if target_cost < 0:
             raise ValueError(f"target_cost must be >= 0, got {target_cost}")
+        target_cost = float(target_cost) + 0.0  # -0.0 -> 0.0
         state = np.asarray(observation, dtype=np.float32)
         if state.ndim != 1:
             raise ValueError(f"observation must be 1-D, got shape {state.shape}")
@@ -93,7 +94,7 @@ class EpisodeContext:
             time_steps=np.zeros(context_len, dtype=np.int64),
             length=1,
             target_reward=float(target_reward),
-            target_cost=float(target_cost),
+            target_cost=target_cost,
             rng=make_rng(seed),
         )
         context.states[-1] = state
@@ -189,7 +190,7 @@ class EpisodeContext:
         real = ~self.padding_mask()  # [K]
         if cost_limit is not None:
             self._shift_costs(max(cost_limit - self.total_cost, 0.0), real)
-            self.target_cost = float(cost_limit)
+            self.target_cost = float(cost_limit) + 0.0  # -0.0 -> 0.0
         elif remaining_cost is not None:
             self._shift_costs(float(remaining_cost), real)
             self.target_cost = self.total_cost + float(remaining_cost)
@@ -209,7 +210,7 @@ class EpisodeContext:
         """Shift the real cost-to-go entries so the newest equals `new_cost`, clamping at 0."""
         delta = new_cost - self.remaining_cost
         self.costs_to_go[real] = np.maximum(self.costs_to_go[real] + delta, 0.0)
-        self.costs_to_go[-1] = new_cost
+        self.costs_to_go[-1] = new_cost + 0.0  # -0.0 -> 0.0
 
     def padding_mask(self) -> npt.NDArray[np.bool_]:
         """[K] bool, True = padding (the first K - length positions)."""

@@ -83,6 +83,15 @@ def test_set_budget_remaining_cost_and_reward_set_what_is_left() -> None:
     assert context.target_cost == 21.0 and context.target_reward == 50.0
 
 
+def test_a_budget_of_minus_zero_answers_zero() -> None:
+    for budgets in ({"cost_limit": -0.0}, {"remaining_cost": -0.0}):
+        context = make_context()
+        context.set_budget(**budgets)
+        assert str(context.remaining_cost) == str(context.target_cost) == "0.0"  # not "-0.0"
+    opened = EpisodeContext.start([1.0, 2.0], 100.0, -0.0, context_len=3, action_dim=1, seed=0)
+    assert str(opened.remaining_cost) == str(opened.target_cost) == "0.0"
+
+
 def test_set_budget_both_cost_forms_raises() -> None:
     with pytest.raises(ValueError):
         make_context().set_budget(cost_limit=1.0, remaining_cost=1.0)
