@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -15,6 +13,7 @@ from runtime.card import read_card, update_card
 from runtime.user_errors import UserError
 from tests.runtime.toy_env import toy_env_factory
 from tests.training.cdt_synthetic import write_dataset
+from tests.training.held_lock import held_elsewhere
 from training import pipeline, pipeline_stages
 from training.collect import collection
 from training.evaluation import calibrate as calibration
@@ -22,7 +21,6 @@ from training.interrupt import TrainingInterrupted
 from training.learn import train as training_loop
 from training.ledger import read_ledger
 from training.pipeline import PipelineConfig, run_pipeline
-from training.run_lock import LOCK_FILE
 
 
 def test_pipeline_runs_missing_stages_and_skips_finished_ones(
@@ -62,14 +60,9 @@ def test_a_second_pipeline_of_one_name_stops_before_its_first_stage(
     ran: list[str] = []
     stages = [("collect", lambda config: ran.append("collect"), lambda config: False)]
     config = PipelineConfig(task="SafetyBallRun-v0", seed=1, name="shared")
-    config.run_dir.mkdir(parents=True)
-    first = os.open(config.run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT)  # the pipeline of seed 0
-    try:
-        fcntl.flock(first, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with held_elsewhere(config.run_dir):  # the pipeline of seed 0
         with pytest.raises(UserError, match="runs/pipeline-shared is in use"):
             run_pipeline(config, stages)  # type: ignore[arg-type]
-    finally:
-        os.close(first)
     assert ran == []
     run_pipeline(config, stages)  # type: ignore[arg-type]
     assert ran == ["collect"]

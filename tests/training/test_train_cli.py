@@ -4,8 +4,6 @@ evaluation it hands the training loop."""
 from __future__ import annotations
 
 import csv
-import fcntl
-import os
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +11,10 @@ import pytest
 
 from runtime.episodes import EpisodeResult
 from tests.training.cdt_synthetic import write_dataset
+from tests.training.held_lock import held_elsewhere
 from training.checkpoint import load_checkpoint
 from training.evaluation import checkpoint_scores
 from training.ledger import read_ledger
-from training.run_lock import LOCK_FILE
 from training.train_cli import main
 
 
@@ -107,14 +105,8 @@ def test_train_cli_refuses_a_run_folder_another_process_is_writing(
     run = tmp_path / "busy"
     written = (run / "last.pt").read_bytes()
     capsys.readouterr()
-    holder = os.open(run / LOCK_FILE, os.O_RDWR)  # another open file: as another process
-    try:
-        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.pwrite(holder, b"cdt pipeline (pid 4242)\n", 0)
-        with pytest.raises(SystemExit) as stopped:
-            main(["--resume", str(run / "last.pt"), "--update-steps", "4", "--no-tensorboard"])
-    finally:
-        os.close(holder)
+    with held_elsewhere(run, "cdt pipeline (pid 4242)"), pytest.raises(SystemExit) as stopped:
+        main(["--resume", str(run / "last.pt"), "--update-steps", "4", "--no-tensorboard"])
     assert stopped.value.code == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "in use by cdt pipeline (pid 4242)" in error

@@ -1,7 +1,5 @@
 """Collector: threshold schedule, PID multiplier, GAE, and a tiny real collection run."""
 
-import fcntl
-import os
 import re
 from pathlib import Path
 
@@ -11,13 +9,13 @@ import torch
 import tyro
 
 from runtime.user_errors import UserError
+from tests.training.held_lock import held_elsewhere
 from training.collect import cli as collect_cli
 from training.collect import collection
 from training.collect.collection import learn, load_raw_episodes
 from training.collect.ppo_lagrangian import RunningNormaliser, generalised_advantages
 from training.collect.settings import CollectConfig, cost_threshold
 from training.pid_lagrangian import PidLagrangian
-from training.run_lock import LOCK_FILE
 
 
 def test_cost_threshold_rises_linearly_between_n1_and_n2() -> None:
@@ -152,16 +150,10 @@ def test_a_collection_whose_run_folder_another_process_writes_stops_before_any_e
 ) -> None:
     monkeypatch.chdir(tmp_path)
     run = Path("runs") / "collect" / "SafetyBallRun-v0"
-    run.mkdir(parents=True)
-    other = os.open(run / LOCK_FILE, os.O_RDWR | os.O_CREAT)  # a collection already under way
     monkeypatch.setattr(collection, "learn", lambda config: pytest.fail("the collection started"))
-    try:
-        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.pwrite(other, b"cdt collect (pid 4242)\n", 0)
+    with held_elsewhere(run, "cdt collect (pid 4242)"):  # a collection already under way
         with pytest.raises(SystemExit) as exit_info:
             collect_cli.main(["--task", "SafetyBallRun-v0", "--epochs", "1"])
-    finally:
-        os.close(other)
     assert exit_info.value.code == 2
     assert f"cdt collect: {run} is in use by cdt collect (pid 4242)" in capsys.readouterr().err
 
