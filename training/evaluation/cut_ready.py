@@ -51,6 +51,7 @@ from training.evaluation.shield import (
     MAX_SHARE_OVER,
     MeasuredGuard,
     copy_with_guard,
+    row_key,
 )
 from training.guard_cli import set_guard
 from training.ledger import LedgerEntry, record
@@ -160,8 +161,8 @@ def measure(
         for ready_from in settings:
             budgets = held_budgets(ready_from)
             held = _measured(model_dir, scratch, card, ready_from, budgets, episodes, workers)
-            fresh = {(row.target_cost, row.deterministic): row for row in held.rows}
-            rows = [fresh.get((row.target_cost, row.deterministic), row) for row in unheld.rows]
+            fresh = {row_key(row): row for row in held.rows}
+            rows = [fresh.get(row_key(row), row) for row in unheld.rows]
             measured.append(dataclasses.replace(held, rows=rows))
     return measured
 

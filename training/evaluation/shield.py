@@ -87,15 +87,17 @@ class MeasuredGuard:
     def reward_given_up(self, base: MeasuredGuard) -> float:
         """The most normalised reward points below `base`'s, row by row: each row against
         `base`'s of the same target, budget and action mode (the rows' order is not theirs)."""
-        base_rows = {_row_key(row): row for row in base.rows}
-        if set(base_rows) != {_row_key(row) for row in self.rows}:
+        base_rows = {row_key(row): row for row in base.rows}
+        if set(base_rows) != {row_key(row) for row in self.rows}:
             raise ValueError("the guards were measured on different rows")
         return max(
-            base_rows[_row_key(row)].normalised_reward - row.normalised_reward for row in self.rows
+            base_rows[row_key(row)].normalised_reward - row.normalised_reward for row in self.rows
         )
 
 
-def _row_key(row: BudgetRow) -> tuple[float, float, bool]:
+def row_key(row: BudgetRow) -> tuple[float, float, bool]:
+    """What makes a selection row the same row in two measurements: its target, budget and
+    action mode."""
     return row.target_reward, row.target_cost, row.deterministic
 
 
