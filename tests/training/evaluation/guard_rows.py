@@ -3,10 +3,14 @@
 
 import json
 from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+import pytest
 
 from runtime.evaluation_protocol import BudgetRow
 from tests.service.toy_policy import write_test_policy
+from training.evaluation.served_rows import served_selection_rows
 
 TASK = "SafetyBallRun-v0"  # obs_dim 7, act_dim 2, 100-step episodes
 
@@ -42,3 +46,18 @@ def steady_rows(share_over: float, reward: float) -> list[BudgetRow]:
         for budget in (10.0, 20.0, 40.0)
         for mode in (False, True)
     ]
+
+
+def record_measured_rows(
+    monkeypatch: pytest.MonkeyPatch, module: ModuleType
+) -> list[tuple[str, list[float]]]:
+    """The label and budgets of every `served_selection_rows` call `module` makes from now on,
+    each still run."""
+    ran: list[tuple[str, list[float]]] = []
+
+    def recorded(*args: Any) -> list[BudgetRow]:
+        ran.append((args[4], list(args[5])))
+        return served_selection_rows(*args)
+
+    monkeypatch.setattr(module, "served_selection_rows", recorded)
+    return ran

@@ -8,7 +8,11 @@ import pytest
 from runtime.budget_guard import BudgetGuard
 from runtime.card import read_card, update_card
 from runtime.policy import Policy
-from tests.training.evaluation.guard_rows import steady_rows, write_selection_toy
+from tests.training.evaluation.guard_rows import (
+    record_measured_rows,
+    steady_rows,
+    write_selection_toy,
+)
 from training.evaluation import cut_ready as cut_ready_module
 from training.evaluation.cut_ready import (
     CutCandidate,
@@ -60,13 +64,7 @@ def test_measure_runs_only_what_each_hold_changes(
     toy_policy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     card = Policy.load(toy_policy).card
-    ran: list[tuple[str, list[float]]] = []
-
-    def recorded(*args: Any) -> Any:
-        ran.append((args[4], list(args[5])))
-        return served_selection_rows(*args)
-
-    monkeypatch.setattr(cut_ready_module, "served_selection_rows", recorded)
+    ran = record_measured_rows(monkeypatch, cut_ready_module)
     unheld, from_0, from_30 = measure(toy_policy, card, [0.0, 30.0], 1, 1)
     assert ran == [
         ("no hold", [10.0, 20.0, 40.0]),

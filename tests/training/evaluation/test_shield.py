@@ -11,7 +11,11 @@ from runtime.evaluation_protocol import BudgetRow
 from runtime.policy import Policy
 from tests.runtime.toy_critic import write_test_critic
 from tests.service.toy_policy import write_test_policy
-from tests.training.evaluation.guard_rows import steady_rows, write_selection_toy
+from tests.training.evaluation.guard_rows import (
+    record_measured_rows,
+    steady_rows,
+    write_selection_toy,
+)
 from training.evaluation import shield as shield_module
 from training.evaluation.shield import ShieldCandidate, choose, main, measure_shields
 
@@ -78,14 +82,7 @@ def test_a_budget_within_two_margins_is_measured_once_per_risk(
     critic_policy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     card = Policy.load(critic_policy).card
-    measure = shield_module.served_selection_rows
-    ran: list[tuple[str, list[float]]] = []
-
-    def recorded(*args: Any) -> list[BudgetRow]:
-        ran.append((args[4], list(args[5])))
-        return measure(*args)
-
-    monkeypatch.setattr(shield_module, "served_selection_rows", recorded)
+    ran = record_measured_rows(monkeypatch, shield_module)
     _, narrow, wide, other_risk = measure_shields(
         critic_policy, card, [(20.0, 0.0), (40.0, 0.0), (40.0, 5.0)], 1, 1
     )
