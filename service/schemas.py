@@ -185,6 +185,9 @@ class StepResponse(WireModel):
     remaining_reward: float
     remaining_cost: float
     budget_exhausted: bool
+    over_budget: bool = Field(
+        default=False, description="total cost > the cost limit in force (no guard undoes it)"
+    )
     model: str
     model_version: str
     warnings: list[str] = Field(default_factory=list)
@@ -192,8 +195,9 @@ class StepResponse(WireModel):
     guarded: bool = Field(default=False, description="the budget guard changed this action")
     guard_action: GuardActionName = Field(
         default="none",
-        description="how: less_noise (sampling noise scaled down), mean_action, or fallback "
-        "(the model card's fallback, by default the model fed cost-to-go 0, mean action)",
+        description="how: less_noise (sampling noise scaled down), mean_action, fallback "
+        "(the model card's fallback, by default the model fed cost-to-go 0, mean action) or "
+        "shield (the card's cost critic replaced an action it predicted costly)",
     )
     revision: int | None = Field(default=None, description=REVISION_DOC)
 

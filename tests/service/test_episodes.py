@@ -121,6 +121,19 @@ def test_a_cut_below_the_cost_spent_says_the_episode_is_over_budget(client: Test
     assert not raised["over_budget"] and not raised["warnings"]
 
 
+def test_a_step_whose_cost_passes_the_limit_answers_that_the_episode_is_over_budget(
+    client: TestClient,
+) -> None:
+    episode_id = start(client, target_cost=10.0)["episode_id"]
+    within = step(client, episode_id, cost=10.0).json()
+    assert not within["over_budget"] and not within["warnings"]
+    over = step(client, episode_id, cost=1.0).json()
+    assert over["over_budget"] and over["remaining_cost"] == 0.0
+    assert over["warnings"] == [
+        "cost spent 11 exceeds the cost limit 10: the episode is over budget"
+    ]
+
+
 def test_budget_outside_validated_range_warns(client: TestClient) -> None:
     assert start(client, target_cost=100.0)["warnings"]
     episode_id = start(client, target_cost=10.0)["episode_id"]
