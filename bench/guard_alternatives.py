@@ -7,7 +7,8 @@ Runs `runtime.episodes.run_episodes` (the loop every offline evaluation runs, wi
 guard code) on an exported model, once per alternative, on the same seeds. An alternative is a
 name below or `NAME={"field": value}` with `runtime.budget_guard.BudgetGuard` fields. It prints,
 per budget and action mode, the share of episodes over budget, mean and 90th-percentile cost,
-normalised reward and its difference to the first alternative, and guarded steps per episode.
+normalised reward and its difference to the first alternative, guarded steps per episode and the
+mean cost spent by mid-episode (what a budget cut there finds spent).
 Figures only; `bench/budget_guard.py` measures the shipped guard from outside, through the
 service.
 """
@@ -60,17 +61,23 @@ def parse_alternative(text: str) -> tuple[str, dict[str, Any] | None]:
 
 
 def row(
-    results: list[EpisodeResult], limit: float, reward_range: tuple[float, float], first: float
+    results: list[EpisodeResult],
+    limit: float,
+    reward_range: tuple[float, float],
+    first: float,
+    mid: int,
 ) -> tuple[float, str]:
     """The normalised reward of one run, and its share over, mean and p90 cost, reward, reward
-    against `first` (the row's first alternative; nan: this is it) and guarded steps."""
+    against `first` (the row's first alternative; nan: this is it), guarded steps and the mean
+    cost of the first `mid` steps."""
     costs = np.array([result.cost for result in results])
     reward = normalised_reward(float(np.mean([result.reward for result in results])), reward_range)
     guarded = np.mean([result.guard.guarded_steps for result in results])
+    by_mid = np.mean([sum(result.step_costs[:mid]) for result in results])
     against = "" if np.isnan(first) else f"{reward - first:+.1f}"
     return reward, (
         f"{np.mean(costs > limit):.0%} | {costs.mean():.1f} | {np.quantile(costs, 0.9):.0f} "
-        f"| {reward:.1f} | {against} | {guarded:.0f}"
+        f"| {reward:.1f} | {against} | {guarded:.0f} | {by_mid:.1f}"
     )
 
 
@@ -92,9 +99,9 @@ def main(argv: list[str] | None = None) -> None:
     reward_range = card.reward_return_range or (0.0, 1.0)
     header = (
         "| budget | actions | alternative | over | cost | p90 cost | reward | against the first "
-        "| guarded steps |"
+        "| guarded steps | cost by mid-episode |"
     )
-    print(f"{args.model}\n{header}\n|---|---|---|---|---|---|---|---|---|")
+    print(f"{args.model}\n{header}\n|---|---|---|---|---|---|---|---|---|---|")
     for budget in args.budgets:
         for deterministic in (mode == "mean" for mode in args.modes):
             first = float("nan")
@@ -103,7 +110,8 @@ def main(argv: list[str] | None = None) -> None:
                 limit, label = budget, f"{budget:g}"
                 if args.cut is not None:
                     limit, label = args.cut, f"{budget:g} -> {args.cut:g}"
-                reward, figures = row(ran, limit, reward_range, first)
+                mid = card.max_episode_len // 2
+                reward, figures = row(ran, limit, reward_range, first, mid)
                 first = reward if np.isnan(first) else first
                 print(
                     f"| {label} | {action_mode(deterministic)} | {name} | {figures} |", flush=True
@@ -127,7 +135,8 @@ def run_alternative(
         EpisodeSpec(args.seed + e, target, budget, deterministic, schedule, budget_guard=guarded)
         for e in range(args.episodes)
     ]
-    return run_episodes(dataclasses.replace(base, budget_guard=guard), card.task, specs)
+    guarded_policy = dataclasses.replace(base, budget_guard=guard)
+    return run_episodes(guarded_policy, card.task, specs, record_steps=True)
 
 
 if __name__ == "__main__":
