@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
 GUARD_TARGET_SHARE_OVER = 0.05
 """The budget guard's target: at most one episode in twenty over budget (issue 28)."""
+CUT_TARGET_SHARE_OVER = 0.10
+"""Episodes over the smaller budget after a cut from a larger one at mid-episode that the guard
+aims at (issue 28)."""
 
 
 class GuardAction(StrEnum):

@@ -11,7 +11,12 @@ from typing import Any, Self
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
-from runtime.budget_guard import DEFAULT_GUARD, GUARD_TARGET_SHARE_OVER, BudgetGuard
+from runtime.budget_guard import (
+    CUT_TARGET_SHARE_OVER,
+    DEFAULT_GUARD,
+    GUARD_TARGET_SHARE_OVER,
+    BudgetGuard,
+)
 from runtime.files import CARD_FILE, write_atomic
 from runtime.user_errors import UserError
 
@@ -131,6 +136,17 @@ class GuardMeasurement(BaseModel):
     unguarded: GuardFigures
 
 
+class MeasuredCut(BaseModel):
+    """What `budget_guard_measured` says of a budget cut at mid-episode: the most episodes over
+    the new limit in one action mode, when the episodes were not told of the cut and when they
+    named its floor at their creation (None: not measured)."""
+
+    cost_schedule: str
+    episodes: int
+    unannounced: float
+    announced: float | None
+
+
 class ModelCard(BaseModel):
     """The `model.json` sidecar; required keys per ARTIFACT.md, extra keys allowed."""
 
@@ -238,6 +254,40 @@ class ModelCard(BaseModel):
             return None
         budgets = [row.budget for row in rows]
         return min(budgets), max(budgets)
+
+    def measured_cut(self, guarded: bool) -> MeasuredCut | None:
+        """The cut rows of `budget_guard_measured`, with the guard on or off (None: no cut
+        measured without notice)."""
+        rows = [row for row in self.budget_guard_measured or [] if row.cost_schedule]
+        unannounced = [row for row in rows if row.cut_floor is None]
+        if not unannounced:
+            return None
+
+        def worst(chosen: list[GuardMeasurement]) -> float:
+            figures = [row.guarded if guarded else row.unguarded for row in chosen]
+            return max(figure.share_over_budget for figure in figures)
+
+        announced = [row for row in rows if row.cut_floor is not None]
+        return MeasuredCut(
+            cost_schedule=unannounced[0].cost_schedule,
+            episodes=min(row.episodes for row in unannounced),
+            unannounced=worst(unannounced),
+            announced=worst(announced) if announced else None,
+        )
+
+    def cut_warnings(self, guarded: bool) -> list[str]:
+        """Warn a controller that cuts an episode's budget without notice where this model was
+        measured to miss such cuts (more episodes over than `CUT_TARGET_SHARE_OVER`)."""
+        cut = self.measured_cut(guarded)
+        if cut is None or cut.unannounced <= CUT_TARGET_SHARE_OVER:
+            return []
+        told = "" if cut.announced is None else f"; {cut.announced:.0%} when they named the floor"
+        return [
+            f"{self.name} {self.version} ended over the new limit in {cut.unannounced:.0%} of "
+            f"{cut.episodes} episodes measured with a cut they were not told of (step:limit "
+            f"{cut.cost_schedule}){told}: an episode that may be cut names its cut_floor when "
+            "it is created"
+        ]
 
     def budget_warnings(self, target_cost: float, guarded: bool = False) -> list[str]:
         """Warn when an episode's cost limit lies outside the validated range (for an episode

@@ -201,6 +201,15 @@ def rebudget(record: EpisodeRecord, request: BudgetUpdate, *, now: float) -> Epi
     return next_revision(record, context, now=now)
 
 
+def cut_without_notice(before: EpisodeRecord, after: EpisodeRecord) -> bool:
+    """Whether a budget change cuts a started episode's cost limit below any floor it named at
+    its creation (`cut_floor`): a cut the guard did not keep it ready for."""
+    limit = after.context.target_cost
+    if before.context.step == 0 or limit >= before.context.target_cost:
+        return False
+    return before.cut_floor is None or limit < before.cut_floor
+
+
 def step_response(record: EpisodeRecord, card: ModelCard, reply: type[Reply]) -> Reply:
     """The answer to a start or step: the newest action and the budgets it was chosen under, as
     `reply` (`StepResponse`, or the websocket's `StreamAction`: built once, not copied)."""

@@ -26,6 +26,7 @@ from service.episode_state import (
     EpisodeRecord,
     Reply,
     advance,
+    cut_without_notice,
     episode_public,
     episode_summary,
     is_retry,
@@ -135,10 +136,22 @@ class EpisodeService:
         self, episode_id: str, request: BudgetUpdate, precondition: Precondition | None = None
     ) -> EpisodePublic:
         """Change the budgets, if `precondition` holds; the whole cost-to-go window is
-        rewritten consistently."""
-        rebudgeted = partial(self._rebudgeted, request=request)
+        rewritten consistently. A cut the episode gave no notice of is answered with the
+        card's measured cut figures where they miss (`ModelCard.cut_warnings`)."""
+        unannounced: list[bool] = []  # of the plan whose record was written (the last one run)
+
+        def rebudgeted(record: EpisodeRecord) -> EpisodeRecord:
+            changed = self._rebudgeted(record, request)
+            unannounced[:] = [cut_without_notice(record, changed)]
+            return changed
+
         changed = await self.inference.mutate(episode_id, self.owner, rebudgeted, precondition)
-        return self._public(changed)
+        public = self._public(changed)
+        card = self._card(changed)
+        if unannounced and unannounced[0] and card is not None:
+            warnings = public.warnings + card.cut_warnings(changed.budget_guard)
+            public = public.model_copy(update={"warnings": warnings})
+        return public
 
     async def describe(self, episode_id: str) -> EpisodePublic:
         """State and totals of a live episode."""

@@ -116,12 +116,33 @@ def test_a_broken_card_is_one_line_naming_each_problem(
     assert isinstance(error.value, UserError)  # `cdt` answers it in one line, exit 2
 
 
-def guard_row(budget: float, share_over: float, schedule: str = "") -> GuardMeasurement:
+def guard_row(
+    budget: float, share_over: float, schedule: str = "", floor: float | None = None
+) -> GuardMeasurement:
     figures = {"share_over_budget": share_over, "cost_mean": budget / 2}
     return GuardMeasurement.model_validate({
-        "budget": budget, "action_mode": "mean", "cost_schedule": schedule, "episodes": 20,
-        "first_seed": 7, "guarded": figures, "unguarded": figures | {"share_over_budget": 0.5},
+        "budget": budget, "action_mode": "mean", "cost_schedule": schedule, "cut_floor": floor,
+        "episodes": 20, "first_seed": 7, "guarded": figures,
+        "unguarded": figures | {"share_over_budget": 0.5},
     })  # fmt: skip
+
+
+def test_a_card_warns_of_cuts_without_notice_only_where_it_was_measured_to_miss_them(
+    tmp_path: Path,
+) -> None:
+    card = write_card(tmp_path, CARD)
+    assert card.measured_cut(guarded=True) is None and card.cut_warnings(guarded=True) == []
+    cut = "0:40,150:10"
+    rows = [guard_row(10.0, 0.0), guard_row(40.0, 0.95, cut), guard_row(40.0, 0.0, cut, 10.0)]
+    missed = card.model_copy(update={"budget_guard_measured": rows})
+    measured = missed.measured_cut(guarded=True)
+    assert measured is not None and (measured.unannounced, measured.announced) == (0.95, 0.0)
+    (warning,) = missed.cut_warnings(guarded=True)
+    assert f"{card.name} {card.version} ended over the new limit in 95% of 20 episodes" in warning
+    assert f"(step:limit {cut}); 0% when they named the floor" in warning and "cut_floor" in warning
+    assert missed.cut_warnings(guarded=False)[0].count("50% of 20")  # the unguarded figures
+    kept = card.model_copy(update={"budget_guard_measured": [guard_row(40.0, 0.1, cut)]})
+    assert kept.cut_warnings(guarded=True) == []  # within the 10 % a cut may let over
 
 
 def test_a_guarded_episode_is_not_warned_within_the_budgets_the_guard_kept(

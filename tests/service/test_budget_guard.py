@@ -140,6 +140,34 @@ def test_an_episode_that_names_a_cut_floor_is_guarded_as_that_budget_until_half_
     assert refused.status_code == 422 and refused.json()["field"] == "cut_floor"
 
 
+def test_a_cut_without_notice_warns_where_the_card_measured_cuts_missed(
+    guarded_settings: Settings,
+) -> None:
+    path = guarded_settings.models_dir / "toy" / "model.json"
+    figures = {"share_over_budget": 0.95, "cost_mean": 14.0}
+    missed = {
+        "budget": 40.0, "action_mode": "mean", "cost_schedule": "0:40,50:10", "episodes": 20,
+        "first_seed": 7, "guarded": figures, "unguarded": figures,
+    }  # fmt: skip
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"budget_guard_measured": [missed]}))
+
+    def cut(start: dict[str, Any], steps: int, limit: float) -> list[str]:
+        with TestClient(create_app(guarded_settings)) as client:
+            started = client.post("/v1/episodes", json=START | start).json()
+            for number in range(1, steps + 1):
+                step(client, started["episode_id"], 0.0, number)
+            budget = {"cost_limit": limit}
+            patched = client.patch(f"/v1/episodes/{started['episode_id']}/budget", json=budget)
+            return list(patched.json()["warnings"])
+
+    (warning,) = cut({"target_cost": 40.0}, 2, 10.0)
+    assert "over the new limit in 95% of 20 episodes measured with a cut they were not" in warning
+    assert cut({"target_cost": 40.0, "cut_floor": 10.0}, 2, 10.0) == []  # announced
+    assert cut({"target_cost": 40.0, "cut_floor": 20.0}, 2, 10.0) != []  # below its floor
+    assert cut({"target_cost": 20.0}, 2, 40.0) == []  # a raise
+    assert cut({"target_cost": 40.0}, 0, 10.0) == []  # before any step: nothing spent
+
+
 def test_retried_step_repeats_the_guards_answer_and_counts_once(
     guarded_client: TestClient,
 ) -> None:

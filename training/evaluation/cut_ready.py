@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from runtime.arguments import CommandParser, non_negative_float, positive_int
-from runtime.budget_guard import GUARD_TARGET_SHARE_OVER, BudgetGuard
+from runtime.budget_guard import CUT_TARGET_SHARE_OVER, GUARD_TARGET_SHARE_OVER, BudgetGuard
 from runtime.card import ModelCard, read_card
 from runtime.evaluation_protocol import REPORTED_BUDGETS
 from runtime.scores import normalised_reward
@@ -60,8 +60,6 @@ logger = logging.getLogger(__name__)
 
 CUT = (max(REPORTED_BUDGETS), min(REPORTED_BUDGETS))
 """The cut measured: the largest reported budget to the smallest, at half the episode."""
-CUT_TARGET_SHARE_OVER = 0.10
-"""Episodes over the smaller budget after the cut that the guard aims at (issue 28)."""
 READY_FROM = (0.0, (sorted(REPORTED_BUDGETS)[-2] + max(REPORTED_BUDGETS)) / 2)
 """Candidate `cut_ready_from`: every budget above the floor, or only the largest reported one
 (DroneCircle spends little of 20 early and keeps a cut from it unheld)."""
