@@ -99,7 +99,7 @@ class BudgetGuard(BaseModel):
     go over any more, however it acts.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     fallback: Literal["zero_cost_to_go"] = "zero_cost_to_go"
     """What runs once the budget is nearly spent: the CDT fed cost-to-go 0, mean action."""

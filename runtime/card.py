@@ -37,8 +37,15 @@ def _describe(error: OSError | ValueError) -> str:
     return str(error)
 
 
+FINITE = ConfigDict(allow_inf_nan=False)
+"""Every number a card states is finite: JSON's NaN and Infinity are refused as the card is read,
+not found later as a null in `/v1/models` or a comparison that is always false."""
+
+
 class CardTarget(BaseModel):
     """A (reward, cost) target pair users can start an episode from."""
+
+    model_config = FINITE
 
     reward: float
     cost: float
@@ -47,7 +54,7 @@ class CardTarget(BaseModel):
 class CostCurvePoint(BaseModel):
     """One measured point of the target-cost -> actual-cost curve."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     target_cost: float
     actual_cost: float
@@ -55,6 +62,8 @@ class CostCurvePoint(BaseModel):
 
 class BudgetScale(BaseModel):
     """The calibration measured at one cost budget: the network is fed `scale` x the budget left."""
+
+    model_config = FINITE
 
     budget: float = Field(gt=0)
     scale: float = Field(gt=0)
@@ -84,6 +93,8 @@ class CostGuidance(BaseModel):
     A policy that reads its cost token only weakly (CarCircle, AntRun at 24,000 CPU steps) is
     pushed along the direction the token already points; weight 0 is the plain policy."""
 
+    model_config = FINITE
+
     weight: float = Field(ge=0, le=10)
     shift: float = Field(gt=0, le=1_000)
     """Cost units added to the cost-to-go of the contrast pass (the largest validated budget)."""
@@ -93,7 +104,7 @@ class CostCriticCard(BaseModel):
     """The card's record of its cost critic (`cost_critic.onnx`, `runtime.cost_critic`), written
     by `cdt critic`: what it was trained on and how well it predicts held-out episodes."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
     discount: float = Field(gt=0, lt=1)
     """Its target: the discounted cost that follows an action, sum_k discount^k c_{t+k}."""
@@ -108,7 +119,7 @@ class CostCriticCard(BaseModel):
 class GuardFigures(BaseModel):
     """Episodes of one budget and action mode, with or without the budget guard."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     share_over_budget: float
     """Fraction of episodes whose cost exceeded the cost limit in force at their end."""
@@ -120,7 +131,7 @@ class GuardFigures(BaseModel):
 class GuardMeasurement(BaseModel):
     """The budget guard measured from outside: the same seeds guarded and unguarded."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     budget: float
     """The cost limit at the start (`cost_schedule` lists any change)."""
@@ -150,7 +161,9 @@ class MeasuredCut(BaseModel):
 class ModelCard(BaseModel):
     """The `model.json` sidecar; required keys per ARTIFACT.md, extra keys allowed."""
 
-    model_config = ConfigDict(extra="allow", protected_namespaces=(), frozen=True)
+    model_config = ConfigDict(
+        extra="allow", protected_namespaces=(), frozen=True, allow_inf_nan=False
+    )
 
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     version: str = Field(min_length=1, max_length=128)

@@ -98,6 +98,27 @@ def test_invalid_cards_are_refused_and_never_written(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ('"reward_scale": NaN', "reward_scale"),
+        ('"validated_cost_range": [5, Infinity]', "validated_cost_range.1"),
+        ('"default_targets": [{"reward": NaN, "cost": 10}]', "default_targets.0.reward"),
+        ('"budget_guard": {"fallback_margin": Infinity}', "budget_guard.fallback_margin"),
+        ('"cost_guidance": {"weight": 1, "shift": NaN}', "cost_guidance.shift"),
+    ],
+)
+def test_a_card_stating_a_non_finite_number_is_refused_naming_the_field(
+    tmp_path: Path, fields: str, named: str
+) -> None:
+    """JSON as Python writes it may hold NaN and Infinity; a card with them is refused as it is
+    read (a reload keeps the old version), not served with nulls and warnings that never fire."""
+    text = json.dumps(CARD)[:-1] + ", " + fields + "}"
+    (tmp_path / "model.json").write_text(text)
+    with pytest.raises(CardError, match=rf"{named}: Input should be a finite number"):
+        read_card(tmp_path)
+
+
+@pytest.mark.parametrize(
     ("text", "said"),
     [
         ("{not json", "not a valid model card: file: Invalid JSON"),
