@@ -29,7 +29,7 @@ from clients.client import PolicyClient, PolicyClientError, ServiceUnreachableEr
 from runtime.arguments import CommandParser, budget, finite_float, non_negative_int, positive_int
 from runtime.evaluation_protocol import target_reward_for
 from runtime.files import check_writable, refuse_overwrite, write_atomic
-from runtime.scores import normalised_cost, normalised_reward
+from runtime.scores import normalised_cost, normalised_reward, over_limit
 from runtime.user_errors import UserError, stop
 from service.schemas import MAX_SEED, ModelPublic
 
@@ -96,7 +96,7 @@ class EpisodeOutcome:
 
     @property
     def over_budget(self) -> bool:
-        return self.cost > self.cost_limit
+        return bool(over_limit(self.cost, self.cost_limit))
 
     def describe(self) -> str:
         """One line: what happened, the limits it ran under and its verdict."""

@@ -15,7 +15,7 @@ import numpy as np
 
 from runtime.card import CardTarget
 from runtime.episodes import EpisodeResult, EpisodeSpec
-from runtime.scores import normalised_cost, normalised_reward
+from runtime.scores import normalised_cost, normalised_reward, over_limit
 
 REPORTED_BUDGETS = (10.0, 20.0, 40.0)
 """Cost budgets every CDT model is selected and reported at (the paper's kappa = 10 first)."""
@@ -141,7 +141,7 @@ def summarise(
                 cost_std=float(costs.std()),
                 normalised_reward=float(normalised_reward(float(rewards.mean()), reward_range)),
                 normalised_cost=float(normalised_cost(float(costs.mean()), budget)),
-                share_over_budget=float(np.mean(costs > budget)),
+                share_over_budget=float(np.mean(over_limit(costs, budget))),
             )
         )
     return rows

@@ -25,6 +25,7 @@ from runtime.budget_guard import (
 from runtime.card import ModelCard
 from runtime.context import EpisodeContext
 from runtime.cost_critic import CostCritic, act_as_decided
+from runtime.scores import over_limit
 from service.errors import (
     InvalidInputError,
     PolicyOutputError,
@@ -76,6 +77,9 @@ class EpisodeRecord:
     """What the guard did to the newest action."""
     guard_tally: GuardTally = field(default_factory=GuardTally)
     """The episode's guarded steps by action."""
+    last_step: tuple[float, float] | None = None
+    """The reward and cost the newest observation came with, for retries to match (None: the
+    episode's start, or a record stored before they were kept)."""
 
 
 def check_observation(observation: Sequence[float], card: ModelCard) -> None:
@@ -124,7 +128,8 @@ def is_retry(record: EpisodeRecord, request: StepRequest) -> bool:
     """True when `request` repeats the last step (answered with its recorded action).
 
     Raises `StepOutOfOrderError` when its step index is neither that nor the next one, and
-    `StepConflictError` when it repeats the last step with another observation.
+    `StepConflictError` when it repeats the last step with another observation, reward or cost
+    (a retry that would be answered as if its numbers had counted).
     """
     current = record.context.step
     if request.step is None or request.step == current + 1:
@@ -134,6 +139,11 @@ def is_retry(record: EpisodeRecord, request: StepRequest) -> bool:
         if not np.array_equal(np.asarray(request.observation, np.float32), newest):
             detail = f"step {current} was taken with another observation; next is {current + 1}"
             raise StepConflictError(detail, "observation")
+        taken = dict(zip(("reward", "cost"), record.last_step or (), strict=False))
+        for name, value in taken.items():
+            if getattr(request, name) != value:
+                detail = f"step {current} was taken with {name} {value:g}; next is {current + 1}"
+                raise StepConflictError(detail, name)
         return True
     detail = f"expected step {current + 1} (or {current} to retry), got {request.step}"
     raise StepOutOfOrderError(detail, "step")
@@ -301,4 +311,4 @@ def episode_warnings(record: EpisodeRecord, card: ModelCard | None) -> list[str]
 
 def over_budget(context: EpisodeContext) -> bool:
     """Whether the episode's cost exceeded the cost limit in force now."""
-    return context.total_cost > context.target_cost
+    return bool(over_limit(context.total_cost, context.target_cost))

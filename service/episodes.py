@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
 
 from runtime.card import ModelCard
@@ -36,7 +37,7 @@ from service.episode_state import (
     rebudget,
     step_response,
 )
-from service.errors import EpisodeGoneError
+from service.errors import EpisodeGoneError, VersionElsewhereError
 from service.inference import Inference, PendingAction
 from service.metrics import Metrics
 from service.preconditions import Precondition
@@ -178,7 +179,8 @@ class EpisodeService:
             return record
         policy = self._policy(record)
         context = advance(record.context, request, policy.card)
-        return PendingAction(policy, next_revision(record, context, now=time.time()))
+        stepped = next_revision(record, context, now=time.time())
+        return PendingAction(policy, replace(stepped, last_step=(request.reward, request.cost)))
 
     def _rebudgeted(self, record: EpisodeRecord, request: BudgetUpdate) -> EpisodeRecord:
         return rebudget(record, request, now=time.time())
@@ -191,7 +193,7 @@ class EpisodeService:
         """The card of the model version `record` is pinned to; None once it is not served."""
         try:
             return self._policy(record).card
-        except EpisodeGoneError:
+        except (EpisodeGoneError, VersionElsewhereError):
             return None
 
     def _policy(self, record: EpisodeRecord) -> Policy:

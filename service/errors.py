@@ -63,6 +63,15 @@ class EpisodeGoneError(ServiceError):
     code = "episode_gone"
 
 
+class VersionElsewhereError(ServiceError):
+    """The episode's model version was never loaded on this replica (503, retryable): another
+    replica serves it, as while a deploy rolls out; one that no replica serves expires."""
+
+    status_code = 503
+    code = "model_version_unavailable"
+    retry_after = 1
+
+
 class StepOutOfOrderError(ServiceError):
     """The step index is neither the next step nor a retry of the last one (409): the client's
     step count is wrong, so retrying the same request cannot succeed."""

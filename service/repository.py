@@ -14,7 +14,7 @@ from pathlib import Path
 from runtime.card import ModelCard
 from runtime.files import CARD_FILE
 from runtime.policy import Policy, PolicyLoadError, fingerprint, read_card
-from service.errors import EpisodeGoneError, ModelNotFoundError
+from service.errors import EpisodeGoneError, ModelNotFoundError, VersionElsewhereError
 from service.schemas import (
     ModelPublic,
     ModelRef,
@@ -74,6 +74,8 @@ class ModelRepository:
         self._keep_versions = keep_versions
         self._current: dict[str, Policy] = {}
         self._versions: dict[tuple[str, str], Policy] = {}
+        self._ever_loaded: set[tuple[str, str]] = set()
+        """Every (name, version) this replica has served: one it dropped is gone for good."""
         self._refused: list[ReloadFailure] = []
         self._reload_lock = threading.Lock()
 
@@ -102,12 +104,22 @@ class ModelRepository:
             raise ModelNotFoundError(f"no model named {name!r} is served", "model") from None
 
     def pinned(self, name: str, version: str) -> Policy:
-        """The version an episode started with."""
+        """The version an episode started with.
+
+        Raises `EpisodeGoneError` (410) for a version this replica dropped, and
+        `VersionElsewhereError` (503, retryable) for one it never loaded: the episode started on
+        another replica of a newer or older release, as while a deploy rolls out."""
         try:
             return self._versions[(name, version)]
         except KeyError:
-            detail = f"model {name} version {version} is no longer served on this replica"
-            raise EpisodeGoneError(detail) from None
+            if (name, version) in self._ever_loaded:
+                detail = f"model {name} version {version} is no longer served on this replica"
+                raise EpisodeGoneError(detail) from None
+            detail = (
+                f"model {name} version {version} is not loaded on this replica; another replica "
+                "serves it (a deploy rolling out?): retry"
+            )
+            raise VersionElsewhereError(detail) from None
 
     def serves(self, name: str, version: str, fingerprint: str) -> bool:
         """Is this exact model file (name, version and content) still loaded?"""
@@ -135,6 +147,7 @@ class ModelRepository:
             versions = dict(self._versions)
             versions.update({(p.card.name, p.card.version): p for p in current.values()})
             self._versions = self._trim(versions, current)
+            self._ever_loaded |= set(versions)
             self._current = current
             self._refused = list(result.failed)
             for failure in result.failed:

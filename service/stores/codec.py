@@ -1,7 +1,8 @@
 """The binary form of episode records in Redis: a format byte, then fixed-layout fields.
 
 `encode_record` writes the `RECORD_FORMAT` byte, `_RECORD` fields (format 2: the budget guard's
-flag, newest action and counts at their end), four length-prefixed strings, then the episode
+flag, newest action and counts at their end; format 5: the newest step's reward and cost), four
+length-prefixed strings, then the episode
 context (`encode_context`: the `CONTEXT_FORMAT` byte, `_HEADER` with sizes,
 budgets and PCG64 state, then the raw little-endian arrays in `_ARRAYS` order). A third of the
 bytes of the JSON it replaced, and 3x (read) to 13x (write) cheaper. A replica that meets
@@ -25,19 +26,22 @@ from runtime.context import EpisodeContext, restore_rng
 from service.episode_state import EpisodeRecord
 from service.errors import RecordFormatError
 
-RECORD_FORMAT = 4
+RECORD_FORMAT = 5
 """Version of `encode_record`; bump it whenever its layout (or the context's) changes."""
-_RECORD = struct.Struct("<B?QQdd?BIIIId")
+_RECORD = struct.Struct("<B?QQdd?BIIIIddd")
 """format, deterministic, seed, revision, created_at, updated_at; budget_guard, the newest
 guard action (its index in `GUARD_ACTIONS`), guarded steps with less noise, with the mean
-action, with the fallback, by the shield; the episode's cut floor (NaN: none). Little-endian."""
+action, with the fallback, by the shield; the episode's cut floor (NaN: none); the reward and
+cost of the newest step (NaN: none yet). Little-endian."""
+_RECORD_V4 = struct.Struct("<B?QQdd?BIIIId")
+"""Format 4: format 5 without the newest step's reward and cost."""
 _RECORD_V3 = struct.Struct("<B?QQdd?BIIII")
 """Format 3: format 4 without the cut floor."""
 _RECORD_V2 = struct.Struct("<B?QQdd?BIII")
 """Format 2: format 3 without the shield's count."""
 _RECORD_V1 = struct.Struct("<B?QQdd")
 """Format 1: format, deterministic, seed, revision, created_at, updated_at."""
-_READABLE = {RECORD_FORMAT: _RECORD, 3: _RECORD_V3, 2: _RECORD_V2, 1: _RECORD_V1}
+_READABLE = {RECORD_FORMAT: _RECORD, 4: _RECORD_V4, 3: _RECORD_V3, 2: _RECORD_V2, 1: _RECORD_V1}
 """The record formats this release reads, with their fixed fields."""
 _LENGTH = struct.Struct("<H")
 """Byte length of each string field (ids, names and digests are far shorter than 64 KiB)."""
@@ -65,6 +69,7 @@ def encode_record(record: EpisodeRecord) -> bytes:
         *(record.budget_guard, GUARD_ACTIONS.index(record.guard_action)),
         *(tally.less_noise, tally.mean_action, tally.fallback, tally.shield),
         math.nan if record.cut_floor is None else record.cut_floor,
+        *(record.last_step or (math.nan, math.nan)),
     )
     texts = (record.episode_id, record.model, record.model_version, record.owner)
     encoded = [text.encode() for text in texts]
@@ -86,6 +91,8 @@ def decode_record(data: bytes) -> EpisodeRecord:
         _, deterministic, seed, revision, created_at, updated_at, *guard = layout.unpack_from(data)
         budget_guard, action, counts = (guard[0], guard[1], guard[2:6]) if guard else (True, 0, ())
         cut_floor = guard[6] if len(guard) > 6 and not math.isnan(guard[6]) else None
+        last = tuple(guard[7:9])
+        last_step = last if len(last) == 2 and not math.isnan(last[0]) else None
         offset, texts = layout.size, []
         for _ in range(4):  # episode_id, model, model_version, owner
             (length,) = _LENGTH.unpack_from(data, offset)
@@ -112,6 +119,7 @@ def decode_record(data: bytes) -> EpisodeRecord:
         cut_floor=cut_floor,
         guard_action=guard_action,
         guard_tally=GuardTally(*counts),
+        last_step=last_step,
     )
 
 

@@ -94,6 +94,22 @@ def test_step_repeated_with_another_observation_is_a_conflict_and_changes_nothin
     assert client.post(path, json=step(2)).json()["step"] == 2
 
 
+@pytest.mark.parametrize(("field", "value"), [("reward", 7.0), ("cost", 3.0)])
+def test_step_repeated_with_another_reward_or_cost_is_a_conflict_and_changes_nothing(
+    client: TestClient, field: str, value: float
+) -> None:
+    """A retry whose numbers differ would be answered as if they had counted: refused."""
+    started = client.post("/v1/episodes", json=START | {"observation": OBSERVATION})
+    path = f"/v1/episodes/{started.json()['episode_id']}/step"
+    first = client.post(path, json=step(1) | {"cost": 0.5})
+    assert client.post(path, json=step(1) | {"cost": 0.5}).json() == first.json()
+    conflict = client.post(path, json=step(1) | {"cost": 0.5, field: value})
+    assert conflict.status_code == 409 and conflict.json()["code"] == "step_conflict"
+    assert conflict.json()["field"] == field and "was taken with" in conflict.json()["detail"]
+    state = client.get(path.removesuffix("/step")).json()
+    assert (state["step"], state["total_reward"], state["total_cost"]) == (1, 1.0, 0.5)
+
+
 def test_stream_step_repeated_with_another_observation_is_a_conflict(client: TestClient) -> None:
     with client.websocket_connect("/v1/stream") as websocket:
         websocket.send_json({"type": "start", **START, "observation": OBSERVATION})

@@ -132,6 +132,10 @@ def test_a_step_whose_cost_passes_the_limit_answers_that_the_episode_is_over_bud
     assert over["warnings"] == [
         "cost spent 11 exceeds the cost limit 10: the episode is over budget"
     ]
+    fractional = start(client, target_cost=0.3)["episode_id"]
+    for _ in range(3):
+        met = step(client, fractional, cost=0.1).json()  # 0.30000000000000004 in all
+    assert not met["over_budget"] and "exceeds" not in str(met["warnings"])
 
 
 def test_budget_outside_validated_range_warns(client: TestClient) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from runtime.context import EpisodeContext, stack_windows
 from runtime.policy import Policy, PolicyLoadError
-from service.errors import EpisodeGoneError, ModelNotFoundError
+from service.errors import EpisodeGoneError, ModelNotFoundError, VersionElsewhereError
 from service.repository import ModelRepository
 from tests.service.toy_policy import LOG_STD, build_test_graph, write_test_policy
 
@@ -154,6 +154,9 @@ def test_repository_keeps_at_most_keep_versions(tmp_path: Path) -> None:
         repository.reload()
     with pytest.raises(EpisodeGoneError):
         repository.pinned("toy", "1")
+    with pytest.raises(VersionElsewhereError) as elsewhere:  # never loaded here: a deploy rolling
+        repository.pinned("toy", "3")
+    assert elsewhere.value.status_code == 503 and elsewhere.value.retry_after == 1
 
 
 def test_repository_unchanged_version_is_not_reloaded(tmp_path: Path) -> None:

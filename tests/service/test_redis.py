@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from service.config import Settings
 from service.main import create_app
-from tests.service.toy_policy import REDIS_URL
+from tests.service.toy_policy import REDIS_URL, write_test_policy
 
 pytestmark = pytest.mark.redis
 
@@ -55,6 +56,26 @@ def test_redis_episode_survives_an_app_restart(redis_settings: Settings) -> None
         assert reply.status_code == 200 and reply.json()["step"] == 2
         state = restarted.get(f"/v1/episodes/{episode_id}").json()
         assert (state["total_reward"], state["total_cost"]) == (2.0, 1.0)
+
+
+def test_a_replica_without_the_episodes_version_answers_a_retryable_503(
+    redis_settings: Settings, tmp_path: Path
+) -> None:
+    """A deploy rolling out: the episode started on a replica serving version 2; one still on
+    version 1 cannot step it, and says so as a retry elsewhere, not as an episode gone."""
+    newer = tmp_path / "newer"
+    write_test_policy(newer / "toy", version="2")
+    with (
+        TestClient(create_app(redis_settings.model_copy(update={"models_dir": newer}))) as new,
+        TestClient(create_app(redis_settings)) as old,
+    ):
+        started = new.post("/v1/episodes", json=START | {"observation": OBSERVATIONS[0]})
+        path = f"/v1/episodes/{started.json()['episode_id']}/step"
+        refused = old.post(path, json=step_body(1))
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["code"] == "model_version_unavailable"
+        assert refused.headers["retry-after"] == "1"
+        assert new.post(path, json=step_body(1)).json()["step"] == 1  # nothing was changed
 
 
 def test_redis_retry_on_another_instance_returns_the_same_action(

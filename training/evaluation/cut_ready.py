@@ -36,7 +36,7 @@ from runtime.arguments import CommandParser, non_negative_float, positive_int
 from runtime.budget_guard import CUT_TARGET_SHARE_OVER, GUARD_TARGET_SHARE_OVER, BudgetGuard
 from runtime.card import ModelCard, read_card
 from runtime.evaluation_protocol import REPORTED_BUDGETS
-from runtime.scores import normalised_reward
+from runtime.scores import normalised_reward, over_limit
 from runtime.user_errors import exit_on_user_errors
 from training.card_update import record_evaluation
 from training.evaluation.inputs import load_policy
@@ -130,7 +130,7 @@ def cut_rows(model_dir: Path, card: ModelCard, episodes: int, workers: int) -> l
         mode = [result for result in results if result.spec.deterministic == deterministic]
         costs = np.array([result.cost for result in mode])
         reward = float(np.mean([result.reward for result in mode]))
-        share_over = float(np.mean(costs > CUT[1]))
+        share_over = float(np.mean(over_limit(costs, CUT[1])))
         scored = normalised_reward(reward, reward_range)
         rows.append(CutRow(deterministic, len(mode), share_over, float(costs.mean()), scored))
     return rows

@@ -3,7 +3,7 @@
 `GOLDEN` (format 1) was written by the release before the codec moved here, and before the
 budget guard: records already in Redis must still decode. `GOLDEN_V2` pins format 2, which adds
 the guard's flag, newest action and counts; format 3 adds the shield's count (`GOLDEN_V3`), format
-4 the episode's cut floor.
+4 the episode's cut floor (`GOLDEN_V4`), format 5 the newest step's reward and cost.
 """
 
 from __future__ import annotations
@@ -57,6 +57,9 @@ V2_FIXED = 48
 GOLDEN_V3 = bytes([3]) + GOLDEN_V2[1:V2_FIXED] + bytes(4) + GOLDEN_V2[V2_FIXED:]
 """`guarded_golden_record()` in format 3 (no shield steps)."""
 NO_CUT_FLOOR = struct.pack("<d", math.nan)
+GOLDEN_V4 = bytes([4]) + GOLDEN_V3[1 : V2_FIXED + 4] + NO_CUT_FLOOR + GOLDEN_V3[V2_FIXED + 4 :]
+"""`guarded_golden_record()` in format 4 (no cut floor)."""
+NO_LAST_STEP = struct.pack("<dd", math.nan, math.nan)
 CARD = ModelCard(
     name="toy",
     version="3",
@@ -131,20 +134,26 @@ def test_golden_record_of_format_1_decodes_with_the_guard_on_and_nothing_counted
     assert restored.guard_tally == GuardTally()
     assert_same_context(restored.context, expected.context)
     rewritten = encode_record(restored)  # written back in this release's format
-    assert rewritten[0] == RECORD_FORMAT == 4 and rewritten[1:34] == GOLDEN[1:34]
+    assert rewritten[0] == RECORD_FORMAT == 5 and rewritten[1:34] == GOLDEN[1:34]
     assert replace(decode_record(rewritten), context=expected.context) == expected
 
 
-def test_golden_records_of_formats_2_and_3_decode_and_are_written_back_in_format_4() -> None:
+def test_golden_records_of_formats_2_to_4_decode_and_are_written_back_in_format_5() -> None:
     expected = guarded_golden_record()
-    format_4 = bytes([4]) + GOLDEN_V3[1 : V2_FIXED + 4] + NO_CUT_FLOOR + GOLDEN_V3[V2_FIXED + 4 :]
-    for golden in (GOLDEN_V2, GOLDEN_V3):
+    fixed = V2_FIXED + 12  # format 4's fixed fields: format 2's, the shield's count, the floor
+    format_5 = bytes([5]) + GOLDEN_V4[1:fixed] + NO_LAST_STEP + GOLDEN_V4[fixed:]
+    for golden in (GOLDEN_V2, GOLDEN_V3, GOLDEN_V4):
         restored = decode_record(golden)
         assert replace(restored, context=expected.context) == expected
-        assert restored.cut_floor is None
+        assert restored.cut_floor is None and restored.last_step is None
         assert_same_context(restored.context, expected.context)
-        assert encode_record(restored) == format_4
-    assert encode_record(expected) == format_4
+        assert encode_record(restored) == format_5
+    assert encode_record(expected) == format_5
+
+
+def test_record_keeps_the_newest_steps_reward_and_cost() -> None:
+    record = replace(guarded_golden_record(), last_step=(2.5, 0.0))
+    assert decode_record(encode_record(record)).last_step == (2.5, 0.0)
 
 
 def test_record_keeps_the_episodes_cut_floor() -> None:
