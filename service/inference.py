@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -38,7 +37,7 @@ from service.episode_state import (
     guarded,
 )
 from service.errors import ModelError, PolicyOutputError
-from service.locks import LoopLocks, poll_pauses
+from service.locks import LockWait, LoopLocks, poll_pauses, waiting_within
 from service.metrics import Metrics
 from service.preconditions import Precondition
 from service.stores.base import Claim, Claimed, SessionStore
@@ -114,7 +113,8 @@ class Inference:
 
     The loop's `LoopLocks` keep one call per episode in this process, and the batch's claims
     hold each episode from read to write (Redis locks across replicas); a call whose episode is
-    held elsewhere is tried again in a later batch until `episode_lock_wait_s`.
+    held elsewhere is tried again in a later batch. Both waits share one `LockWait`: a call
+    waits `episode_lock_wait_s` in all (409), or until its own deadline when sooner (412).
     """
 
     inline_lone_calls = True
@@ -144,22 +144,26 @@ class Inference:
         self, episode_id: str, owner: str, plan: Plan, precondition: Precondition | None = None
     ) -> EpisodeRecord:
         """Apply `plan` to the episode under its lock, forward pass included, if `precondition`
-        holds when it is written; the stored record."""
-        async with self._locks.hold(episode_id, self._lock_wait_s):
-            deadline = time.monotonic() + self._lock_wait_s
+        holds when it is written; the stored record. Waiting for the episode stops at the
+        precondition's deadline when that comes before the lock wait's end (412)."""
+        wait = LockWait.start(episode_id, self._lock_wait_s, precondition)
+        async with self._locks.hold(episode_id, wait):  # the Redis lock: the rest of `wait`
             mutation = Mutation(episode_id, owner, plan, precondition)
             pauses: Iterator[float] | None = None  # made only when another replica holds it
             while (answer := await self.batcher.submit(mutation)) is None:
-                pauses = pauses or poll_pauses(episode_id, self._lock_wait_s, deadline)
+                pauses = pauses or poll_pauses(wait)
                 await asyncio.sleep(next(pauses))
             return answer
 
     async def run(self, episode_id: str, call: Callable[[], Result]) -> Result:
-        """Run a store call without forward pass (state, end) after the episode's call in flight."""
-        async with self._locks.hold(episode_id, self._lock_wait_s):
+        """Run a store call without forward pass (state, end) after the episode's call in flight;
+        a wait of the call's own for the episode (Redis `delete`) ends with this one."""
+        wait = LockWait.start(episode_id, self._lock_wait_s)
+        async with self._locks.hold(episode_id, wait):
+            bounded = functools.partial(waiting_within, wait, call)
             if self._store_blocks:
-                return await run_in_threadpool(call)
-            return call()
+                return await run_in_threadpool(bounded)
+            return bounded()
 
     def close(self) -> None:
         """Stop the batch threads after the batches in flight."""

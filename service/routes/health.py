@@ -13,6 +13,7 @@ from service.deps import EpisodeServiceDep, MetricsDep
 from service.errors import RETRY_AFTER_HEADER
 from service.repository import describe_refused
 from service.schemas import HealthStatus, ReloadFailure
+from service.stores.base import SessionStore
 
 router = APIRouter(tags=["health"])
 
@@ -34,7 +35,7 @@ async def readyz(service: EpisodeServiceDep, response: Response) -> HealthStatus
         return HealthStatus(status="ok", models=models)
     response.status_code = 503
     models_ok = bool(models) and not refused
-    store_wait_s = service.store.unavailable_for()  # after the ping, which may trip the breaker
+    store_wait_s = store_retry_s(store_ok, service.store, service.settings)
     wait_s = not_ready_retry_after(models_ok, store_wait_s, service.settings)
     response.headers["Retry-After"] = str(wait_s)
     detail = "; ".join(problems)
@@ -55,12 +56,22 @@ def readiness_problems(models: int, refused: list[ReloadFailure], store_ok: bool
     return problems
 
 
+def store_retry_s(store_ok: bool, store: SessionStore, settings: Settings) -> float:
+    """Seconds until the store may answer again: 0 when it answered, the open breaker's
+    remaining cool-down, else (a failure that has not opened the breaker yet) one probe
+    interval, since the next call or probe may well get through."""
+    if store_ok:
+        return 0.0
+    # read after the ping, which may have tripped the breaker
+    return store.unavailable_for() or settings.redis_probe_interval_s
+
+
 def not_ready_retry_after(models_ok: bool, store_wait_s: float, settings: Settings) -> int:
     """`Retry-After` of a 503 `/readyz`, in seconds.
 
-    The Redis breaker's remaining cool-down when the store is all that is wrong and the breaker
-    is open (readiness cannot return sooner); otherwise `not_ready_retry_after_s`, or that
-    cool-down when it is longer.
+    When the store is all that is wrong, `store_wait_s` (`store_retry_s`: the Redis breaker's
+    remaining cool-down, or one probe interval before it opens) rounded up; otherwise
+    `not_ready_retry_after_s`, or that wait when it is longer.
     """
     store_wait = math.ceil(store_wait_s)
     if models_ok and store_wait > 0:

@@ -31,7 +31,7 @@ from service.breaker import CircuitBreaker, Prober
 from service.config import Settings
 from service.episode_state import EpisodeRecord
 from service.errors import ServiceError, StoreUnavailableError
-from service.locks import episode_busy, poll_pauses
+from service.locks import current_wait, episode_busy, poll_pauses
 from service.preconditions import deadline_passed, revision_mismatch
 from service.stores import redis_scripts
 from service.stores.base import (
@@ -209,14 +209,15 @@ class RedisSessionStore:
 
     def delete(self, episode_id: str, owner: str) -> EpisodeRecord:
         """End an episode after the batch holding it (any worker's or replica's) and return its
-        last record; raises `EpisodeBusyError` when it is still held after `lock_wait_s`, and
+        last record; raises `EpisodeBusyError` when it is still held after `lock_wait_s` (or
+        at the end of the calling request's wait: `service.locks.waiting_within`), and
         `RecordFormatError` for a record this release cannot read, which stays as it is.
 
         The record is read and decoded first, then deleted only if its revision is still the
         one decoded: two round trips (ending is rare), and nothing unreadable is deleted.
         """
         keys = self._keys(episode_id, owner)
-        pauses = poll_pauses(episode_id, self.lock_wait_s, time.monotonic() + self.lock_wait_s)
+        pauses = poll_pauses(current_wait(episode_id, self.lock_wait_s))
         record, revision = None, ""  # nothing read yet: the script answers without deleting
         while True:
             args: list[str | int] = [owner, int(self.ended_ttl_s * 1000), episode_id, revision]
