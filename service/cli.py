@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-connections", type=int, help="open connections per worker before new ones get 503"
     )
+    parser.add_argument(
+        "--ws-idle-timeout", type=float, help="seconds a websocket may go without a frame"
+    )
     parser.add_argument("--log-level", default="info", help="uvicorn log level (default info)")
     parser.add_argument(
         "--access-log",
@@ -79,6 +82,7 @@ def settings_environment(args: argparse.Namespace) -> dict[str, str]:
         "CDT_HTTP_KEEP_ALIVE_S": args.keep_alive,
         "CDT_HTTP_BODY_TIMEOUT_S": args.body_timeout,
         "CDT_HTTP_MAX_CONNECTIONS": args.max_connections,
+        "CDT_WS_IDLE_TIMEOUT_S": args.ws_idle_timeout,
     }
     return {name: str(value) for name, value in values.items() if value is not None}
 

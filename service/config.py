@@ -101,8 +101,13 @@ class Settings(BaseSettings):
     gets 408 `request_timeout` and is closed (the head timeout ends once the head is read)."""
     http_max_connections: PositiveInt = 1000
     """Open connections (websockets included) per worker; a new connection past it gets 503 and
-    is closed at once. Keep it below the process's file limit (`ulimit -n`, often 1024): a 2-core
-    worker serves far fewer active clients than this, so it only bounds idle or slow sockets."""
+    is closed (a few may first send one `GET /livez`: `service.http_guard`). Keep it below the
+    process's file limit (`ulimit -n`, often 1024): a 2-core worker serves far fewer active
+    clients than this, so it only bounds idle or slow sockets."""
+    ws_idle_timeout_s: PositiveFloat = 60.0
+    """A websocket on which no message (text or binary frame) arrives for this many seconds is
+    closed with 1001, so idle sockets cannot hold `http_max_connections` for ever. Pings do not
+    count: client libraries send them on their own, whether or not the client is in use."""
     ws_max_invalid_frames: PositiveInt = 20
     """Consecutive invalid websocket frames (bad JSON, schema violations) before close 1008."""
     ws_max_episodes_per_socket: PositiveInt = 256

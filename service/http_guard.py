@@ -18,8 +18,12 @@
   `PIPELINE_LIMIT` requests wait or the transport's write buffer is over its high-water mark
   (the client is not reading): the client's own socket then fills and its sends block.
 - A connection limit: past `http_max_connections` open connections (websockets included), a new
-  connection gets 503 and is closed at once, so a flood of idle sockets cannot exhaust the
-  process's file descriptors.
+  connection gets 503 and is closed, so a flood of idle sockets cannot exhaust the process's
+  file descriptors. The first `PROBE_ALLOWANCE` connections past it may send one request head
+  within `PROBE_HEAD_TIMEOUT_S`: `GET /livez` is answered (a saturated replica is alive, and a
+  liveness probe that failed would get it killed); anything else (`/readyz` included: a
+  saturated replica is not ready), or no head in time, gets the 503. Either way the connection
+  closes after that one answer. Past the allowance, a connection gets the 503 at once, unread.
 
 `GuardedWebSocketProtocol` hands a text frame that is not UTF-8 to the app as a binary frame,
 which answers it like any other undecodable frame (an `error` frame; the socket stays open for
@@ -56,6 +60,16 @@ FEED_BYTES = 8192
 """Largest slice of received bytes handed to the parser at once, so that a read of 256 kB
 holding thousands of small requests does not become thousands of queued requests: at most
 `PIPELINE_LIMIT` plus one slice's worth (~250 `GET /livez`) are parsed ahead of their turn."""
+PROBE_ALLOWANCE = 4
+"""Connections past `http_max_connections` that may each send one request head, so that
+`GET /livez` is answered on a saturated worker. Each lives for one answer (at most
+`PROBE_HEAD_TIMEOUT_S` without a head), so probes sent every few seconds rarely need more than
+one or two; past them, connections are refused unread, as all were before: at most this many
+more are ever open."""
+PROBE_HEAD_TIMEOUT_S = 1.0
+"""How long a connection past the limit may take to send its request head (a probe sends it at
+once), so that silent sockets cannot hold the allowance for the whole head timeout."""
+LIVENESS_PATH = "/livez"
 REFUSAL_LOG_INTERVAL_S = 10.0
 """At most one warning per this many seconds about refused connections (a flood would flood
 the log)."""
@@ -121,13 +135,16 @@ class GuardedHTTPProtocol(HttpToolsProtocol):
         self._unparsed = bytearray()  # received, not parsed yet: reading is paused meanwhile
         self._upgraded = False
         self._running: RequestResponseCycle | None = None  # the request in flight
+        self._past_limit = False  # opened past the connection limit: one probe, then closed
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.flow = GuardedFlowControl(transport, self)
-        if len(self.connections) > self.limits.max_connections:
+        open_connections = len(self.connections)
+        if open_connections > self.limits.max_connections + PROBE_ALLOWANCE:
             self._refuse_connection()
             return
+        self._past_limit = open_connections > self.limits.max_connections
         self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -143,6 +160,11 @@ class GuardedHTTPProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        if self._past_limit:
+            if not self._is_liveness_probe(cycle):
+                self._refuse_connection()
+                return
+            cycle.keep_alive = False  # answered with `connection: close`, so it stays one probe
         self._running = cycle
         super()._start_asgi_task(cycle, app)
 
@@ -174,6 +196,9 @@ class GuardedHTTPProtocol(HttpToolsProtocol):
 
     def handle_websocket_upgrade(self) -> None:
         self._cancel_head_timer()  # the websocket protocol takes the connection over
+        if self._past_limit:  # a websocket would hold the connection past the limit
+            self._refuse_connection()
+            return
         self._in_body, self._upgraded = False, True
         super().handle_websocket_upgrade()
 
@@ -230,6 +255,11 @@ class GuardedHTTPProtocol(HttpToolsProtocol):
             self.transport.write(timed_out)
         self.transport.close()
 
+    def _is_liveness_probe(self, cycle: RequestResponseCycle) -> bool:
+        return cycle.scope["method"] == "GET" and cycle.scope["path"] == (
+            self.root_path + LIVENESS_PATH
+        )
+
     def _refuse_connection(self) -> None:
         now = time.monotonic()
         if now - GuardedHTTPProtocol._last_refusal_log >= REFUSAL_LOG_INTERVAL_S:
@@ -248,6 +278,8 @@ class GuardedHTTPProtocol(HttpToolsProtocol):
         self._cancel_head_timer()
         if not self.transport.is_closing():
             timeout_s = self.limits.header_timeout_s
+            if self._past_limit:
+                timeout_s = min(timeout_s, PROBE_HEAD_TIMEOUT_S)
             self._head_timer = self.loop.call_later(timeout_s, self._head_timed_out)
 
     def _cancel_head_timer(self) -> None:
@@ -264,7 +296,10 @@ class GuardedHTTPProtocol(HttpToolsProtocol):
         self._head_timer = None
         # the same "no request in flight" test uvicorn's graceful shutdown uses
         if self.cycle is None or self.cycle.response_complete:
-            self.transport.close()
+            if self._past_limit:  # the answer it would have had at once without the allowance
+                self._refuse_connection()
+            else:
+                self.transport.close()
 
 
 class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):

@@ -8,14 +8,17 @@ refusal, the REST answer's `Retry-After` as `retry_after`) and echoing the frame
 and `episode_id` when they can be read, and the socket stays open: it may carry other episodes.
 That holds for a frame that is not a valid `StreamMessage` (bad JSON, unknown type, a field out
 of range) and for a well-formed frame the service refuses (unknown or ended episode, wrong
-observation length, 429...). Close codes: 1008 for a handshake without a valid
-token, and after `ws_max_invalid_frames` invalid frames in a row (a client that only sends
-garbage; refusals do not count: they answer for one episode, not for a broken client); 1009 for
-a frame over the size limit; 1011 for an internal error.
+observation length, 429...). Close codes: 1001 after `ws_idle_timeout_s` without a frame;
+1008 for a handshake without a valid token, and after `ws_max_invalid_frames` invalid frames in
+a row (a client that only sends garbage; refusals do not count: they answer for one episode, not
+for a broken client); 1009 for a frame over the size limit; 1011 for an internal error. Closing
+ends no episode, whoever closes: they stay open for another socket or REST until they end or
+expire.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
@@ -45,6 +48,13 @@ logger = logging.getLogger(__name__)
 router = APIRouter(tags=["stream"])
 Inbound = StreamStart | StreamStep | StreamBudget | StreamEnd
 FRAME_TYPES = frozenset({"start", "step", "budget", "end"})
+IDLE_CLOSE_CODE = status.WS_1001_GOING_AWAY
+"""Close code for a socket idle for `ws_idle_timeout_s`. RFC 6455 (7.4.1) defines 1001 as the
+endpoint leaving the connection; 1000 would claim the connection's purpose was fulfilled, which
+the server cannot know (the client may still mean to step its episodes), and 1008 means a
+received message broke a policy, where nothing was received (here it also says "fix your
+client": a bad token, garbage frames). 1001 is what other servers send for idle timeouts too
+(Jetty's "Idle Timeout"), and clients treat it as a clean close they may reconnect after."""
 
 
 @router.websocket("/stream")
@@ -65,9 +75,14 @@ async def stream(websocket: WebSocket, service: EpisodeServiceDep) -> None:
             await websocket.close(status.WS_1011_INTERNAL_ERROR, "internal error")
 
 
-async def receive_frame(websocket: WebSocket) -> str | bytes:
-    """The next text or binary frame; raises `WebSocketDisconnect` when the client leaves."""
-    message = await websocket.receive()
+async def receive_frame(websocket: WebSocket, idle_timeout_s: float) -> str | bytes | None:
+    """The next text or binary frame, or None when none came within `idle_timeout_s`; raises
+    `WebSocketDisconnect` when the client leaves."""
+    try:
+        async with asyncio.timeout(idle_timeout_s):
+            message = await websocket.receive()
+    except TimeoutError:
+        return None
     if message["type"] == "websocket.disconnect":
         raise WebSocketDisconnect(message.get("code", status.WS_1000_NORMAL_CLOSURE))
     text: str | None = message.get("text")
@@ -80,7 +95,12 @@ async def serve_frames(websocket: WebSocket, service: EpisodeService) -> None:
     invalid_run = 0
     started: set[str] = set()  # live episodes this socket started (ws_max_episodes_per_socket)
     while True:
-        frame = await receive_frame(websocket)
+        frame = await receive_frame(websocket, settings.ws_idle_timeout_s)
+        if frame is None:  # an idle socket holds one of the worker's `http_max_connections`
+            logger.debug("closing idle stream socket; its %d live episodes stay", len(started))
+            reason = f"idle for {settings.ws_idle_timeout_s:g} s without a frame"
+            await websocket.close(IDLE_CLOSE_CODE, reason)
+            return
         if len(frame) > settings.max_body_bytes:
             error = _error(413, "payload_too_large", "frame exceeds the size limit", "frame")
             await websocket.send_text(error.model_dump_json())
