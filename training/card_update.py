@@ -10,14 +10,16 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import TypeAdapter, ValidationError
 
 from runtime.arguments import CommandParser, budget
-from runtime.card import read_card, update_card
+from runtime.card import ModelCard, read_card, update_card
 from runtime.evaluation_protocol import action_mode
 from runtime.files import CARD_FILE, check_writable
-from runtime.user_errors import exit_on_user_errors
-from training.data.dataset import load_dataset
+from runtime.user_errors import UserError, exit_on_user_errors
+from training.data.dataset import load_dataset, read_task
 from training.data.frontiers import derive_default_targets
 
 
@@ -26,6 +28,29 @@ def record_evaluation(model_dir: Path, key: str, result: dict[str, Any]) -> None
     evaluation = dict(read_card(model_dir).evaluation or {})
     evaluation[key] = result
     update_card(model_dir, evaluation=evaluation)
+
+
+def check_model_name(name: str, where: str) -> None:
+    """Refuse, as a `UserError` before any work, a name the model card would refuse only once
+    the model is trained (`ModelCard.name`: no path separators, no leading dot); `where` starts
+    the message (e.g. "--name NAME")."""
+    try:
+        TypeAdapter(Annotated[str, ModelCard.model_fields["name"]]).validate_python(name)
+    except ValidationError as error:
+        reason = "; ".join(problem["msg"] for problem in error.errors())
+        raise UserError(f"{where}: not a model name ({reason})") from None
+
+
+def check_dataset_task(card: ModelCard, dataset: Path, option: str = "--dataset") -> None:
+    """Refuse a dataset that names another task than the card's (a `UserError`, one line): what
+    is derived from it would describe another task's data. A file naming no task (no `env_id`)
+    cannot be told apart, and is taken as it is."""
+    task = read_task(dataset)
+    if task not in (card.task, "unknown"):
+        raise UserError(
+            f"{option} {dataset}: holds {task} data, the model is trained on {card.task}:"
+            " give a dataset of its task"
+        )
 
 
 def validated_cost_range(curve: list[dict[str, float]]) -> list[float] | None:
@@ -79,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = CommandParser(
         prog="cdt card-update",
         description="Re-derive a model card's default (reward, cost) targets from a dataset: "
-        "reward PF(kappa) + 10 %% of the reward range (at most the best reward return) at each "
+        "reward PF(kappa) + 10 % of the reward range (at most the best reward return) at each "
         "cost threshold kappa.",
     )
     parser.add_argument("model_dir", type=Path, help=f"exported policy folder (its {CARD_FILE})")
@@ -93,7 +118,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     """`python -m training.card_update MODEL_DIR --dataset FILE`: record default targets."""
     args = _parser().parse_args(argv)
-    read_card(args.model_dir)  # a missing or broken card: one line, before the dataset loads
+    card = read_card(args.model_dir)  # a missing or broken card: one line, before any data
+    check_dataset_task(card, args.dataset)
     check_writable(args.model_dir / CARD_FILE)
     dataset = load_dataset(args.dataset)
     targets = derive_default_targets(

@@ -31,6 +31,7 @@ from runtime.card import read_card
 from runtime.files import CARD_FILE, check_writable, write_atomic
 from runtime.sim import check_task
 from runtime.user_errors import UserError, exit_on_user_errors
+from training.card_update import check_model_name
 from training.data.dataset import load_dataset
 from training.learn.config import PRESETS, parse_config
 from training.ledger import cpu_name
@@ -90,8 +91,8 @@ class PipelineConfig:
     """training seed (`cdt train --seed`): another seed is another run of the recipe, a second
     chance where one run's model keeps no budget."""
     name: str | None = None
-    """model name; default cdt-<task>, e.g. cdt-carrun (cdt-carrun-s1 with --seed 1,
-    cdt-carrun-smoke with --smoke)."""
+    """model name (letters, digits, '.', '_', '-'; no leading '.' or '-'); default cdt-<task>,
+    e.g. cdt-carrun (cdt-carrun-s1 with --seed 1, cdt-carrun-smoke with --smoke)."""
     dataset: Path | None = None
     """dataset to train on, collected there when missing; default datasets/<task>.hdf5 (shipped
     for every paper task, so give another path to time the pipeline from nothing)."""
@@ -112,6 +113,8 @@ class PipelineConfig:
         problems = unmet(AT_LEAST_1, counts) + unmet(AT_LEAST_0, at_least_0)
         if problems:
             raise UserError("; ".join(problems))
+        if self.name:  # it names the run's and the model's folders: never a path
+            check_model_name(self.name, f"--name {self.name}")
 
     @property
     def on_gpu(self) -> bool:

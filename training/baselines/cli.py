@@ -2,8 +2,9 @@
 
 Example: `python -m training.baselines.cli --algo bc-safe --dataset datasets/SafetyCarRun-v0.hdf5
 --out models/bc-safe-carrun/ --cost-limit 10 --steps 100000 --seed 0`. Every value, the dataset
-and the output folder are checked before training: a model already in `--out` (a shipped one,
-say) is replaced only with `--force`. A run stopped (Ctrl-C, SIGTERM, a killed session) continues
+and the output folder are checked before training, the model card's values among them (the
+folder's name, the action bounds): a model already in `--out` (a shipped one, say) is replaced
+only with `--force`. A run stopped (Ctrl-C, SIGTERM, a killed session) continues
 from the output folder's `progress.pt` when the same command runs again.
 """
 
@@ -14,8 +15,10 @@ import logging
 import math
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import tyro
 
 from runtime.arguments import (
@@ -29,7 +32,8 @@ from runtime.arguments import (
 from runtime.files import CARD_FILE, ONNX_FILE, check_writable, refuse_overwrite
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.baselines.config import BaselineConfig
-from training.data.dataset import load_dataset
+from training.card_update import check_model_name
+from training.data.dataset import OfflineDataset, load_dataset
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,32 @@ def config_problems(config: BaselineConfig) -> list[str]:
     return found
 
 
+def bounds_problems(config: BaselineConfig, dataset: OfflineDataset) -> list[str]:
+    """What the model card would refuse of the action bounds, from the flags or the dataset,
+    only once the model is trained: one per problem."""
+    from training.baselines.data import action_bounds  # torch: after the checks that need none
+
+    given = (config.action_low is not None, config.action_high is not None)
+    if any(given) and not all(given):  # one alone would be ignored for the dataset's pair
+        return ["--action-low and --action-high go together"]
+    source = "--action-low/--action-high" if all(given) else f"{config.dataset}'s action bounds"
+    low, high = action_bounds(dataset, config)
+    dim = int(dataset.episodes[0].actions.shape[1])
+    if low.shape != (dim,) or high.shape != (dim,):
+        return [f"{source}: {dim} values each (the data's action dim), got {low.size}, {high.size}"]
+    if not (np.isfinite(low).all() and np.isfinite(high).all() and (low <= high).all()):
+        return [f"{source}: each low must be at most its high, got {low.tolist()} {high.tolist()}"]
+    return []
+
+
+def check_card_fields(config: BaselineConfig, dataset: OfflineDataset, out_dir: Path) -> None:
+    """Raise `UserError` before training for a value the export's model card would refuse after
+    it: the model's name (the output folder's) and the action bounds."""
+    check_model_name(out_dir.name, f"--out {out_dir}: the model's name {out_dir.name!r}")
+    if problems := bounds_problems(config, dataset):
+        raise UserError("; ".join(problems))
+
+
 def check_device(device: str) -> None:
     """Refuse a device this machine does not have (`cdt train`'s own check lives a layer up,
     in train_cli, which baselines may not import)."""
@@ -99,6 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     dataset = load_dataset(config.dataset)
     out_dir = config.output_dir(dataset.task)
     check_writable(out_dir, folder=True, option="--out")
+    check_card_fields(config, dataset, out_dir)
     hint = "export to another --out, or pass --force to replace that model"
     refuse_overwrite([out_dir / ONNX_FILE, out_dir / CARD_FILE], args.force, hint)
     # Imported after parsing: the trainers load torch (~2 s), which --help never needs.

@@ -24,7 +24,7 @@ from torch import nn
 from runtime.card import write_card
 from runtime.context import WINDOW_NAMES
 from runtime.evaluation_protocol import REPORTED_BUDGETS
-from runtime.files import ONNX_FILE
+from runtime.files import ONNX_FILE, staged_files
 from runtime.policy import OUTPUT_NAMES
 from training.baselines import DETERMINISTIC_ALGORITHMS
 from training.baselines.data import Normaliser
@@ -176,9 +176,14 @@ def build_card(trained: TrainedBaseline, dataset: OfflineDataset, name: str) -> 
 
 
 def export_baseline(trained: TrainedBaseline, dataset: OfflineDataset, out_dir: Path) -> Path:
-    """Write out_dir/model.onnx and out_dir/model.json; returns out_dir."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write out_dir/model.onnx and out_dir/model.json together; returns out_dir.
+
+    The card is validated first, and both files are written in a staging folder beside out_dir
+    and moved in at the end: a refused card or a failed export leaves no half pair behind (a
+    graph without its card, which a rerun would then refuse to replace).
+    """
     policy = OnnxBaselinePolicy(trained.learner.policy_head(), trained.normaliser)
-    export_onnx(policy, out_dir / ONNX_FILE, trained.observation_dim, trained.action_dim)
-    write_card(out_dir, build_card(trained, dataset, out_dir.name))
+    with staged_files(out_dir) as staging:
+        write_card(staging, build_card(trained, dataset, out_dir.name))
+        export_onnx(policy, staging / ONNX_FILE, trained.observation_dim, trained.action_dim)
     return out_dir

@@ -13,12 +13,13 @@ import tyro
 from runtime.files import check_writable, refuse_overwrite
 from runtime.sim import check_task
 from runtime.user_errors import UserError, exit_on_user_errors
-from training.collect.settings import CollectConfig, output_paths
+from training.collect.settings import CollectConfig, check_resume, output_paths
 from training.run_lock import run_folder_lock
 
 
 def check_before_collecting(config: CollectConfig) -> None:
-    """The task exists and the outputs may be written (none replaced without --force)."""
+    """The task exists, the outputs may be written (none replaced without --force) and a run
+    folder that holds epochs already is continued with their settings."""
     try:
         check_task(config.task)
     except ValueError as error:
@@ -27,6 +28,7 @@ def check_before_collecting(config: CollectConfig) -> None:
     hint = "give another --out, or pass --force to replace it"
     refuse_overwrite(output_paths(config), config.force, hint)
     check_writable(config.run_path, folder=True, option="--run-dir")
+    check_resume(config)
 
 
 @exit_on_user_errors("cdt collect")

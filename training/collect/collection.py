@@ -25,7 +25,13 @@ from runtime.user_errors import UserError
 from training.collect.env_workers import open_envs
 from training.collect.ppo_lagrangian import ActorCritic, PpoSettings, RunningNormaliser, ppo_update
 from training.collect.rollout_collector import EpisodeRecorder, collect_epoch
-from training.collect.settings import CollectConfig, TaskSchedule
+from training.collect.settings import (
+    CollectConfig,
+    TaskSchedule,
+    check_resume,
+    collected_epochs,
+    run_settings,
+)
 from training.data.dataset import REQUIRED_KEYS, Episode, load_dataset, save_dataset, split_episodes
 from training.data.grid_filter import grid_filter
 from training.data.summary import plot_returns, write_summary
@@ -152,10 +158,10 @@ def _run_epoch(
 
 def learn(config: CollectConfig) -> None:
     """Run (or resume) PPO-Lagrangian, keeping every finished episode as raw data."""
+    check_resume(config)  # the pipeline's collect stage comes here without the command's checks
     schedule = config.schedule()
     config.run_path.mkdir(parents=True, exist_ok=True)
-    settings = {**dataclasses.asdict(config), "schedule": dataclasses.asdict(schedule)}
-    text = json.dumps(settings, default=str)
+    text = json.dumps(run_settings(config))
     write_atomic(config.run_path / "config.json", lambda temporary: temporary.write_text(text))
     torch.manual_seed(config.seed)
     # The networks are tiny: extra intra-op threads only fight the simulator for the cores. The
@@ -201,7 +207,12 @@ def finalize(config: CollectConfig) -> Path:
         rng=np.random.default_rng(config.seed),
     )
     kept = [episodes[i] for i in sorted(keep)]
-    schedule = config.schedule()
+    schedule, collected = config.schedule(), collected_epochs(config.run_path)
+    if collected < schedule.total_epochs:  # a stopped run, finalized as it stands
+        logger.warning(
+            "%s holds %d of the schedule's %d epochs: the dataset records epochs_collected %d",
+            config.run_path, collected, schedule.total_epochs, collected,
+        )  # fmt: skip
     falling = "" if schedule.fall_to is None else f", then falling to {schedule.fall_to:g}"
     attrs = {
         "env_id": config.task,
@@ -213,6 +224,7 @@ def finalize(config: CollectConfig) -> Path:
             "max_per_cell": config.max_per_cell,
         },
         "raw_episodes": len(episodes),
+        "epochs_collected": collected,
         "seed": config.seed,
     }
     path = save_dataset(config.output_path, kept, attrs)

@@ -7,9 +7,10 @@ with a grid filter over (cost return, reward return). A falling phase may follow
 (`--fall-to`, ours, not the paper's): the threshold then falls to a tight value, so that an agent
 that has learned the task learns to keep a tight budget too. A run directory holds the raw
 rollouts of every epoch and a resumable learner state, so an interrupted run loses at most one
-epoch (run the same command again to resume). The output dataset (and its summary and plot
-beside it) is never replaced without `--force`: that is checked, with the task and every value,
-before the first epoch.
+epoch (run the same command again to resume). A resumed run keeps the settings its epochs were
+collected with (`check_resume`), so one dataset never mixes two collections. The output dataset
+(and its summary and plot beside it) is never replaced without `--force`: that is checked, with
+the task and every value, before the first epoch.
 Here: the settings (schedules, thresholds, outputs); the command is `cli.py`, the run is
 `collection.py`.
 """
@@ -17,6 +18,7 @@ Here: the settings (schedules, thresholds, outputs); the command is `cli.py`, th
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -169,6 +171,7 @@ class CollectConfig:
         epochs: dict[str, int | None] = {"--rise-start-epoch": self.rise_start_epoch}
         epochs |= {"--rise-end-epoch": self.rise_end_epoch}
         epochs |= {"--fall-epochs": self.fall_epochs, "--hold-epochs": self.hold_epochs}
+        epochs |= {"--seed": self.seed}  # numpy refuses a negative seed only at the filter
         numbers: dict[str, float | None] = {"--threshold-start": self.threshold_start}
         numbers |= {"--threshold-end": self.threshold_end, "--k-p": self.k_p}
         numbers |= {"--k-i": self.k_i, "--k-d": self.k_d, "--fall-to": self.fall_to}
@@ -230,3 +233,71 @@ def output_paths(config: CollectConfig) -> list[Path]:
     """The dataset and the summary and plot written beside it."""
     path = config.output_path
     return [path, path.with_suffix(".json"), path.with_suffix(".png")]
+
+
+# What a resumed run keeps (flag by config or schedule field): the data's seeds and the learner's
+# settings. `--epochs` and the thresholds of epochs not yet collected may change (a run extended
+# by a falling phase), and so may where it writes, its env processes and the grid filter.
+KEPT_ON_RESUME = {"task": "--task", "seed": "--seed", "num_envs": "--num-envs"}
+KEPT_ON_RESUME |= {"k_p": "--k-p", "k_i": "--k-i", "k_d": "--k-d"}
+KEPT_SCHEDULE = {"steps_per_epoch": "--steps-per-epoch", "clip_ratio": "--clip-ratio"}
+KEPT_SCHEDULE |= {"gae_lambda": "--gae-lambda", "gamma": "--gamma"}
+THRESHOLD_FLAGS = {"eps_1": "--threshold-start", "eps_2": "--threshold-end", "epochs": "--epochs"}
+THRESHOLD_FLAGS |= {"n_1": "--rise-start-epoch", "n_2": "--rise-end-epoch", "fall_to": "--fall-to"}
+THRESHOLD_FLAGS |= {"fall_epochs": "--fall-epochs", "hold_epochs": "--hold-epochs"}
+
+
+def run_settings(config: CollectConfig) -> dict[str, Any]:
+    """The run folder's `config.json`: every setting and the resolved schedule, as JSON values."""
+    settings = {**dataclasses.asdict(config), "schedule": dataclasses.asdict(config.schedule())}
+    return dict(json.loads(json.dumps(settings, default=str)))
+
+
+def collected_epochs(run_path: Path) -> int:
+    """Epochs a run folder holds rollouts of: the last one's number + 1 (0: none)."""
+    numbers = [int(path.stem.split("_")[1]) for path in (run_path / "raw").glob("epoch_*.npz")]
+    return max(numbers) + 1 if numbers else 0
+
+
+def _changes(saved: dict[str, Any], now: dict[str, Any], flags: dict[str, str]) -> list[str]:
+    return [
+        f"{flag} {saved.get(key)} -> {now.get(key)}"
+        for key, flag in flags.items()
+        if saved.get(key) != now.get(key)
+    ]
+
+
+def resume_changes(saved: dict[str, Any], config: CollectConfig, collected: int) -> list[str]:
+    """The settings `config` changes of a run folder whose first `collected` epochs were
+    collected with `saved` (its config.json) that its data would then mix, as `--flag old -> new`:
+    a kept one (`KEPT_ON_RESUME`, `KEPT_SCHEDULE`), or the threshold of an epoch collected."""
+    now = run_settings(config)
+    old, new = saved.get("schedule") or {}, now["schedule"]
+    changes = _changes(saved, now, KEPT_ON_RESUME) + _changes(old, new, KEPT_SCHEDULE)
+    fields = {field.name for field in dataclasses.fields(TaskSchedule)}
+    try:
+        before = TaskSchedule(**{key: value for key, value in old.items() if key in fields})
+    except TypeError:  # a schedule saved without its fields: no threshold to compare
+        return [*changes, "the saved schedule is incomplete"]
+    after = config.schedule()
+    if any(before.threshold(epoch) != after.threshold(epoch) for epoch in range(collected)):
+        changes += _changes(old, new, THRESHOLD_FLAGS)
+    return changes
+
+
+def check_resume(config: CollectConfig) -> None:
+    """Refuse (a `UserError`) to continue, or finalize, a run folder with settings that differ
+    from those its rollouts were collected with (`resume_changes`): the dataset would mix two
+    collections under one recorded schedule and seed."""
+    collected, saved_file = collected_epochs(config.run_path), config.run_path / "config.json"
+    if collected == 0 or not saved_file.is_file():
+        return
+    try:
+        saved = json.loads(saved_file.read_text())
+    except (OSError, ValueError) as error:
+        raise UserError(f"{saved_file}: not readable JSON ({error})") from None
+    if changes := resume_changes(saved, config, collected):
+        raise UserError(
+            f"{config.run_path} holds {collected} epochs collected with other settings"
+            f" ({', '.join(changes)}): collect with those, or give another --run-dir"
+        )

@@ -6,8 +6,8 @@
     cdt dataset filter FILE --out FILE --cost-bins 60 --reward-bins 50 --max-per-cell 10
 
 A bad input file or value: one line on stderr, exit code 2, nothing written. Outputs (HDF5, JSON,
-PNG) are checked before any work: an existing one is replaced only with `--force`, and `--out`
-may never be the input. They are written atomically; the summary and the plot are
+PNG) are checked before any work: an existing one is replaced only with `--force`, and no output
+may be the input or another output. They are written atomically; the summary and the plot are
 `training.data.summary`'s, as `cdt collect` writes them.
 """
 
@@ -148,15 +148,17 @@ def _format_summary(path: Path, summary: dict[str, Any]) -> str:
 
 
 def check_outputs(args: Namespace) -> None:
-    """Refuse, before any work, an output that is the input, exists (without --force) or cannot
-    be written."""
+    """Refuse, before any work, an output that is the input or another output (one would
+    overwrite the other), exists (without --force) or cannot be written."""
     outputs = {"--out": getattr(args, "out", None), "--json": getattr(args, "json", None)}
     outputs["--plot"] = args.plot
-    for option, path in outputs.items():
-        if path is None:
-            continue
+    given = [(option, path) for option, path in outputs.items() if path is not None]
+    for number, (option, path) in enumerate(given):
         if same_file(path, args.file):
             raise UserError(f"{option} {path} is the input file: write the result elsewhere")
+        for other, earlier in given[:number]:
+            if same_file(path, earlier):
+                raise UserError(f"{other} and {option} name one file, {path}: give each its own")
         check_writable(path, option=option)
         refuse_overwrite([path], args.force)
 
@@ -243,6 +245,9 @@ def _run_relayout(args: Namespace) -> None:
     save_dataset(args.out, dataset.episodes, dataset.attrs, compact=args.command == "compact")
     digest = hashlib.sha256(Path(args.out).read_bytes()).hexdigest()
     print(f"wrote {args.out}: {len(dataset.episodes)} episodes, sha256 {digest}")
+    if args.plot is not None:  # the option every output command takes
+        plot_returns(dataset, args.plot)
+        print(f"wrote {args.plot}")
 
 
 def _add_relayout(subparsers: Any) -> None:
@@ -262,7 +267,9 @@ def _fraction(text: str) -> float:
 
 
 def _subparser(subparsers: Any, name: str, text: str, handler: Handler) -> ArgumentParser:
-    parser: ArgumentParser = subparsers.add_parser(name, help=text, description=text)
+    # argparse %-formats a help line (`cdt dataset --help`) but prints a description as it is
+    help_line = text.replace("%", "%%")
+    parser: ArgumentParser = subparsers.add_parser(name, help=help_line, description=text)
     parser.set_defaults(handler=handler)
     return parser
 
