@@ -3,7 +3,9 @@
 Subcommands are imported lazily so that `cdt serve` and `cdt rollout` work in an install without
 torch (the `[serve]` and `[client]` extras); a command whose extra is missing says which to
 install. Every command reports a user's mistake as one line with exit code 2
-(`runtime.user_errors`); a traceback means a bug of ours.
+(`runtime.user_errors`); a traceback means a bug of ours. Ctrl-C (and SIGTERM where a command
+turns it into one) is one line and exit code 130: the command's own, where it says how to
+continue (`cdt train`, `cdt pipeline`, `cdt report`), else what the command leaves behind.
 """
 
 from __future__ import annotations
@@ -100,12 +102,39 @@ USER_ERROR_TYPES = (
 OUR_PACKAGES = ("training", "runtime", "service", "clients")
 
 
+INTERRUPTED_EXIT = 130
+"""The exit code of a command stopped by Ctrl-C (128 + SIGINT, as a shell reports it)."""
+NOTHING_WRITTEN = "interrupted; nothing was written"
+KEPT_WHEN_INTERRUPTED = {
+    "collect": "the epochs collected so far are kept in its run folder",
+    "calibrate": "the rows measured so far are kept in the card",
+    "select": "the checkpoints scored so far are kept in the run's selection.json",
+}
+"""Commands whose finished work outlives an interruption (the same command run again goes on
+from it), with what they keep; every other command writes its results only once it is done."""
+
+
+def interrupted_message(name: str) -> str:
+    """The line `cdt NAME` answers Ctrl-C with, where the command has none of its own."""
+    if name in KEPT_WHEN_INTERRUPTED:
+        return f"interrupted; {KEPT_WHEN_INTERRUPTED[name]}: run the same command again to go on"
+    if name == "serve":
+        return "stopped"
+    if name in {"train", "pipeline", "report"}:  # they keep their checkpoints and say so
+        return "interrupted"
+    return NOTHING_WRITTEN
+
+
 def _run(name: str, module_name: str, args: list[str]) -> None:
     """Import the command's module and run it: a user's mistake or a missing extra is one line
-    and exit code 2 (`runtime.user_errors`); anything else is our bug and keeps its traceback."""
+    and exit code 2 (`runtime.user_errors`), an interruption one line and exit code 130;
+    anything else is our bug and keeps its traceback."""
     prog = f"cdt {name}"
     try:
         importlib.import_module(module_name).main(args)
+    except KeyboardInterrupt:  # a command that answers it itself exits 130 instead
+        sys.stderr.write(f"{prog}: {interrupted_message(name)}\n")
+        raise SystemExit(INTERRUPTED_EXIT) from None
     except ModuleNotFoundError as error:
         extra, package = missing_extra(error), (error.name or "").split(".")[0]
         if extra is not None:

@@ -16,6 +16,7 @@ import numpy as np
 from runtime.card import CardTarget
 from runtime.episodes import EpisodeResult, EpisodeSpec
 from runtime.scores import normalised_cost, normalised_reward, over_limit
+from runtime.user_errors import UserError
 
 REPORTED_BUDGETS = (10.0, 20.0, 40.0)
 """Cost budgets every CDT model is selected and reported at (the paper's kappa = 10 first)."""
@@ -47,15 +48,55 @@ def selection_seeds(episodes: int) -> list[int]:
     return [SELECTION_SEED_BASE + e for e in range(episodes)]
 
 
+SEED_GROUP = 10_000
+"""Episode seeds one evaluation seed owns: it runs at most this many episodes."""
+SPLIT_BASES: dict[SeedSplit, int] = {
+    "selection": SELECTION_SEED_BASE,
+    "validation": VALIDATION_SEED_BASE,
+    "test": 0,
+}
+SPLIT_GROUPS: dict[SeedSplit, int] = {"selection": 100, "validation": 100, "test": 500}
+"""Evaluation seeds each split has room for: test 0 .. 4,999,999, selection 5,000,000 ..
+5,999,999, validation 6,000,000 .. 6,999,999."""
+
+
+class SeedRangeError(UserError, ValueError):
+    """Episodes or seeds a split cannot hold without sharing seeds: one line naming the option
+    and the largest value allowed (exit code 2), said before any episode runs."""
+
+
+def split_problems(
+    split: SeedSplit,
+    episodes: int,
+    seeds: int,
+    options: tuple[str, str] = ("--episodes", "--seeds"),
+) -> list[str]:
+    """Why `seeds` groups of `episodes` cannot come from `split`, one phrase each naming the
+    command's option (`options`: its names for episodes and seeds); empty when they can."""
+    episodes_option, seeds_option = options
+    found = []
+    if not 0 < episodes <= SEED_GROUP:
+        found.append(f"{episodes_option} {episodes}: 1 to {SEED_GROUP:,} episodes per seed")
+    most, first = SPLIT_GROUPS[split], SPLIT_BASES[split]
+    if not 0 < seeds <= most:
+        last = first + most * SEED_GROUP - 1
+        found.append(
+            f"{seeds_option} {seeds}: 1 to {most} (the {split} split owns episode seeds"
+            f" {first:,} .. {last:,}, {SEED_GROUP:,} per seed)"
+        )
+    return found
+
+
 def split_seeds(split: SeedSplit, episodes: int, seeds: int) -> list[tuple[int, ...]]:
-    """`seeds` groups of `episodes` seeds of one split; groups and splits never share a seed
-    (episodes < 10,000 per group)."""
-    if not 0 < episodes <= 10_000 or seeds < 1:
-        raise ValueError("a split needs 1-10,000 episodes per seed and at least one seed")
-    base = {"selection": SELECTION_SEED_BASE, "validation": VALIDATION_SEED_BASE, "test": 0}[split]
-    if split == "test" and seeds > 500:
-        raise ValueError("the test split owns seeds 0 .. 4,999,999 (500 groups)")
-    return [tuple(base + s * 10_000 + e for e in range(episodes)) for s in range(seeds)]
+    """`seeds` groups of `episodes` seeds of one split; groups and splits never share a seed.
+
+    Raises:
+        SeedRangeError: more episodes than a group holds, or more seeds than the split owns.
+    """
+    if problems := split_problems(split, episodes, seeds):
+        raise SeedRangeError("; ".join(problems))
+    base = SPLIT_BASES[split]
+    return [tuple(base + s * SEED_GROUP + e for e in range(episodes)) for s in range(seeds)]
 
 
 class TargetLike(Protocol):

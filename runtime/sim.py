@@ -1,15 +1,36 @@
 """Simulator construction shared by the rollout runner and the offline evaluator.
 
 Needs the `[sim]` extra (gymnasium, bullet-safety-gym); nothing here is imported by the service.
+A task id no simulator knows is an `UnknownTask` wherever an env is made (`make_env`,
+`check_task`): one line naming the task and the known ones, exit code 2, in every command.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
+
+from runtime.user_errors import UserError
+
+
+class UnknownTask(UserError, ValueError):
+    """No simulator env has this id: a user's mistake (one line, exit code 2), and a ValueError
+    for the callers of `check_task` that catch one. What `make_env` and `check_task` raise is
+    also gymnasium's own error for an unregistered id (`unknown_task`), so code that catches
+    gymnasium's errors around `make_env` (a baseline reading action bounds) keeps working."""
+
+    def __init__(self, task: str, message: str) -> None:
+        super().__init__(message)
+        self.task = task
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A pickle (a worker process' error, sent to its parent) cannot name the class
+        # `unknown_task` makes; rebuilt through it instead.
+        return _rebuilt, (self.task, str(self))
 
 
 @contextlib.contextmanager
@@ -44,24 +65,62 @@ def _register(task: str) -> None:
 
 
 def make_env(task: str) -> Any:
-    """A gymnasium env for `task`; Bullet-Safety-Gym ids are registered first."""
+    """A gymnasium env for `task`; Bullet-Safety-Gym ids are registered first.
+
+    Raises:
+        UnknownTask: no env has that id.
+    """
     import gymnasium as gym
 
     _register(task)
     with _fd_named_std_streams() if _is_bullet_task(task) else contextlib.nullcontext():
-        return gym.make(task)
+        try:
+            return gym.make(task)
+        except gym.error.UnregisteredEnv as error:  # NameNotFound, VersionNotFound, ...
+            raise unknown_task(task, error) from None
 
 
 def check_task(task: str) -> None:
-    """Raise ValueError, naming the task and gymnasium's guess, when no env has that id: long
-    commands check before their first minute of work, not when they first build an env."""
+    """Raise `UnknownTask`, naming the task, gymnasium's guess and the known tasks, when no env
+    has that id: long commands check before their first minute of work, not when they first
+    build an env."""
     import gymnasium as gym
 
     _register(task)
     try:
         gym.spec(task)
     except gym.error.Error as error:
-        raise ValueError(f"no simulator task {task!r}: {error}") from None
+        raise unknown_task(task, error) from None
+
+
+def unknown_task(task: str, error: Exception) -> UnknownTask:
+    """The error for an id gymnasium does not know (`error`, its own, says why and may guess)."""
+    reason = str(error).strip()
+    reason += "" if reason.endswith((".", "?")) else "."
+    known = ", ".join(_bullet_tasks())
+    return _rebuilt(task, f"no simulator task {task!r}: {reason} Known tasks: {known}")
+
+
+def _bullet_tasks() -> list[str]:
+    """Bullet-Safety-Gym's ids (this project's tasks; gymnasium's classics are not listed)."""
+    import gymnasium as gym
+
+    _register("Safety")
+    return sorted(name for name in gym.registry if _is_bullet_task(name))
+
+
+def _rebuilt(task: str, message: str) -> UnknownTask:
+    return _gymnasium_unknown_task()(task, message)
+
+
+@functools.cache
+def _gymnasium_unknown_task() -> type[UnknownTask]:
+    """`UnknownTask` that is also gymnasium's `UnregisteredEnv` (made once gymnasium is needed:
+    importing it here at the top would load the simulator for every `--help`)."""
+    import gymnasium as gym
+
+    bases = (UnknownTask, gym.error.UnregisteredEnv)
+    return cast(type[UnknownTask], type("UnknownTask", bases, {"__module__": __name__}))
 
 
 def seed_simulator(seed: int) -> None:

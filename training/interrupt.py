@@ -4,14 +4,21 @@ A signal that lands inside a gradient step would leave weights, optimiser and st
 step with one another; deferring it lets the loop write a consistent checkpoint (CDT's `last.pt`,
 which `--resume` continues; a baseline's `progress.pt`, which the same command continues) exactly.
 A second signal acts at once (the previous handler is restored on the first).
+
+Work that is not training (evaluation workers, an export's staging folder) stops at once instead:
+`sigterm_as_interrupt` makes SIGTERM raise KeyboardInterrupt as Ctrl-C does, so that `finally`
+blocks run and `cdt` answers both with one line and exit code 130.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
+from typing import NoReturn
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -56,3 +63,28 @@ class TrainingInterrupted(KeyboardInterrupt):
         )
         self.checkpoint = checkpoint
         self.step = step
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """For the block, SIGTERM raises KeyboardInterrupt, as Ctrl-C does: the default would end the
+    process where it stands, its `finally` blocks unrun (worker processes orphaned, a staging
+    folder left). A no-op outside the main thread, where no handler can be set."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _interrupt(number: int, frame: FrameType | None) -> NoReturn:
+    raise KeyboardInterrupt(signal.Signals(number).name)
+
+
+def ignore_interrupts() -> None:
+    """A worker process' initializer: Ctrl-C reaches the whole process group, and the parent,
+    not each worker (with a traceback of its own), ends the work."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

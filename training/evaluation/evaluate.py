@@ -34,8 +34,10 @@ from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec, run_epis
 from runtime.evaluation_protocol import (
     REPORTED_BUDGETS,
     SEED_SPLITS,
+    SeedRangeError,
     SeedSplit,
     action_mode,
+    split_problems,
     split_seeds,
     summarise,
     target_reward_for,
@@ -43,6 +45,7 @@ from runtime.evaluation_protocol import (
 from runtime.files import write_atomic
 from runtime.policy import Policy
 from runtime.scores import normalised_cost, normalised_reward
+from runtime.sim import check_task
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.card_update import record_evaluation
 from training.evaluation.inputs import (
@@ -51,6 +54,7 @@ from training.evaluation.inputs import (
     default_report_dir,
     load_policy,
 )
+from training.interrupt import ignore_interrupts, sigterm_as_interrupt
 from training.ledger import LedgerEntry, record
 
 logger = logging.getLogger(__name__)
@@ -90,6 +94,7 @@ def run_in_chunks(
     policy: EpisodePolicy, task: str, specs: Sequence[EpisodeSpec], record_steps: bool = False
 ) -> list[EpisodeResult]:
     """`run_episodes` on at most EPISODES_AT_ONCE specs at a time, with a progress bar."""
+    check_task(task)  # a task no simulator has: one line, before any bar is drawn
     bar = tqdm(total=len(specs), desc="selection episodes", unit="episode", leave=False)
     try:
         # in chunks: one Bullet env holds ~90 MB, and 120 of them at once took 10.7 GB
@@ -117,6 +122,8 @@ def run_job(job: RolloutJob) -> list[EpisodeResult]:
 def run_parallel(jobs: list[RolloutJob], workers: int, label: str) -> list[EpisodeResult]:
     """Run the jobs, in `workers` processes when more than one; with a progress bar. The results
     come in the jobs' order, however the workers finish (rows summarised from them keep it)."""
+    for task in sorted({job.task for job in jobs}):
+        check_task(task)  # once, before a bar is drawn or a worker starts (each would fail)
     results: list[EpisodeResult] = []
     total = sum(len(job.specs) for job in jobs)
     with tqdm(total=total, desc=label, unit="episode") as progress:
@@ -125,12 +132,31 @@ def run_parallel(jobs: list[RolloutJob], workers: int, label: str) -> list[Episo
                 results += run_job(job)
                 progress.update(len(job.specs))
             return results
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        return _run_in_pool(jobs, workers, progress)
+
+
+def _run_in_pool(jobs: list[RolloutJob], workers: int, progress: Any) -> list[EpisodeResult]:
+    """`run_parallel`'s workers; Ctrl-C, SIGTERM or an error ends them at once (the pool's
+    shutdown waits for their episodes; a parent killed by SIGTERM orphaned them)."""
+    context = multiprocessing.get_context("spawn")
+    with (
+        sigterm_as_interrupt(),
+        ProcessPoolExecutor(
+            max_workers=workers, mp_context=context, initializer=ignore_interrupts
+        ) as pool,
+    ):
+        try:
             futures = {pool.submit(run_job, job): job for job in jobs}
             for future in as_completed(futures):
                 progress.update(len(futures[future].specs))
             return [result for future in futures for result in future.result()]
+        except BaseException:
+            # 3.11's pool has no terminate_workers (3.14's); leaving the `with` joins them
+            processes = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for process in processes:
+                process.terminate()
+            raise
 
 
 def _summary(
@@ -380,6 +406,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.record and args.split != "test":
         parser.error("--record stores the reported evaluation: only with --split test")
+    if problems := split_problems(args.split, args.episodes, args.seeds):
+        raise SeedRangeError("; ".join(problems))
     card = load_policy(args.model_dir, writes_card=args.record).card
     task = check_task_for(card, args.task, args.force)
     out = args.out or default_report_dir(args.model_dir)

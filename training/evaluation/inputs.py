@@ -34,13 +34,11 @@ def load_policy(model_dir: Path, *, writes_card: bool = False) -> Policy:
 
 def check_task_for(card: ModelCard, task: str | None, force: bool) -> str:
     """The task to run the model on: the card's, or `task` when it exists and is the card's (or
-    `force`, and the model can read its observations and write its actions)."""
+    `force`, and the model can read its observations and write its actions). A `task` no
+    simulator knows is an `UnknownTask` (a `UserError`; a card's is, once an env is made)."""
     if task is None or task == card.task:
         return card.task
-    try:
-        check_task(task)
-    except ValueError as error:
-        raise UserError(str(error)) from None
+    check_task(task)
     if not force:
         raise UserError(
             f"model {card.name} was trained on {card.task}, not {task}: pass --force to run it "

@@ -21,7 +21,7 @@ import numpy as np
 from runtime.arguments import CommandParser, budget, finite_float, positive_int
 from runtime.card import read_card
 from runtime.episodes import EpisodeSpec
-from runtime.evaluation_protocol import report_seeds
+from runtime.evaluation_protocol import SeedRangeError, report_seeds, split_problems
 from runtime.files import write_atomic
 from runtime.user_errors import UserError, exit_on_user_errors, require
 from training.card_update import record_sweep
@@ -228,10 +228,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _check(args: argparse.Namespace, card: dict[str, Any]) -> Path:
-    """Before any episode: the values fit the model, the outputs may be written, the plots can
-    be drawn (matplotlib); returns the output folder."""
+    """Before any episode: the values fit the model and the seed split, the outputs may be
+    written, the plots can be drawn (matplotlib); returns the output folder."""
     if not args.costs:
         raise UserError("--costs names no cost target")
+    if problems := split_problems("test", args.episodes, args.seeds):
+        raise SeedRangeError("; ".join(problems))
     if args.change_step >= card["max_episode_len"]:
         raise UserError(
             f"--change-step {args.change_step} lies past the episode's end"
@@ -258,9 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     rewards = args.rewards or [r_max * f for f in (0.5, 0.75, 1.0, 1.25, 1.5)]
     common = {"episodes": args.episodes, "seeds": args.seeds, "workers": args.workers}
     zero_shot = sweep(args.model_dir, vary="cost", values=args.costs, fixed=fixed_reward, **common)
-    plot_sweep(zero_shot, "cost", out / "zero_shot_cost.png")
     conflict = sweep(args.model_dir, vary="reward", values=rewards, fixed=args.fixed_cost, **common)
-    plot_sweep(conflict, "reward", out / "conflicting_reward.png")
     study = budget_change_study(
         args.model_dir,
         target_reward=fixed_reward,
@@ -270,6 +270,9 @@ def main(argv: list[str] | None = None) -> None:
         episodes=args.episodes,
         workers=args.workers,
     )
+    # Written once every episode has run: an interrupted sweep leaves nothing to --force over.
+    plot_sweep(zero_shot, "cost", out / "zero_shot_cost.png")
+    plot_sweep(conflict, "reward", out / "conflicting_reward.png")
     plot_budget_change(study, out / "budget_change.png")
     result = {"zero_shot": zero_shot, "conflicting": conflict, "budget_change": study}
     text = json.dumps(result, indent=2)

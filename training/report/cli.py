@@ -18,9 +18,11 @@ from pathlib import Path
 import tyro
 
 from runtime.arguments import AT_LEAST_1, POSITIVE, unmet
+from runtime.evaluation_protocol import split_problems
 from runtime.files import check_writable, refuse_overwrite, write_atomic
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.baselines import ALGORITHMS
+from training.interrupt import TrainingInterrupted
 from training.learn.config import ConfigError, parse_config
 from training.ledger import cpu_name, format_ledger, ledger_path, read_ledger
 from training.report.config import ReportConfig
@@ -31,6 +33,7 @@ from training.report.grid import (
     missing_inputs,
     run_grid,
     split_label,
+    unfinished_elsewhere,
 )
 from training.report.included import IncludedRuns, read_included, repeated_runs
 from training.report.tables import (
@@ -110,6 +113,9 @@ def config_problems(config: ReportConfig) -> list[str]:
     ]
     counts = {"--seeds": config.seeds, "--episodes": config.episodes}
     found += unmet(AT_LEAST_1, counts | {"--eval-seeds": config.eval_seeds})
+    if config.episodes >= 1 and config.eval_seeds >= 1:  # below 1: said just above
+        options = ("--episodes", "--eval-seeds")
+        found += split_problems("test", config.episodes, config.eval_seeds, options)
     found += unmet(POSITIVE, {"--cost-limit": config.cost_limit})
     if not (config.include_existing or config.include_runs) and not (
         config.algorithms and config.datasets
@@ -154,12 +160,27 @@ def check_before_running(config: ReportConfig) -> list[IncludedRuns]:
     earlier runs to include."""
     if problems := missing_inputs(config) + config_problems(config):
         raise UserError("; ".join(problems))
+    if problems := unfinished_elsewhere(config):
+        raise UserError("; ".join(problems))
     included = included_runs(config)
     for path in output_paths(config):
         check_writable(path, option="--out")
     hint = "pass another --out or --stem, or --force to replace them"
     refuse_overwrite(output_paths(config), config.force, hint)
     return included
+
+
+def interrupted_line(args: Sequence[str], stopped: KeyboardInterrupt) -> str:
+    """What a stopped grid says: where its training stopped, and the command that goes on (with
+    `--reuse`, so that finished cells and evaluations are kept, not redone)."""
+    again = [arg for arg in args if arg != "--no-reuse"]
+    again += [] if "--reuse" in again else ["--reuse"]
+    where = ""
+    if isinstance(stopped, TrainingInterrupted):
+        where = f" at step {stopped.step:,} ({stopped.checkpoint}"
+        # A baseline's progress.pt is continued; a sequence model's cell trains again.
+        where += ")" if stopped.checkpoint.name == "progress.pt" else ", not resumed by the grid)"
+    return f"interrupted{where}; continue with: {shlex.join(['cdt', 'report', *again])}"
 
 
 @exit_on_user_errors("cdt report")
@@ -174,7 +195,11 @@ def main(argv: list[str] | None = None, evaluate: EvaluateFunction | None = None
 
         evaluate = evaluate_policy_dir
     started = time.perf_counter()
-    results = run_grid(config, evaluate) + existing_results(config, evaluate)
+    try:
+        results = run_grid(config, evaluate) + existing_results(config, evaluate)
+    except KeyboardInterrupt as stopped:  # Ctrl-C or SIGTERM: what is done stays done
+        print(f"cdt report: {interrupted_line(args, stopped)}", file=sys.stderr)
+        raise SystemExit(130) from None
     results += [run for part in included for run in part.runs]
     # Against the grid's own runs only now; its models and evaluations are kept, so a rerun
     # with --reuse and fewer --include-runs costs nothing.

@@ -27,8 +27,9 @@ from runtime.card import CardError, read_card
 from runtime.evaluation_protocol import action_mode, target_reward_for
 from runtime.files import CARD_FILE, write_atomic
 from runtime.scores import normalised_cost, normalised_reward
+from runtime.user_errors import UserError
 from training.card_update import record_default_targets
-from training.data.dataset import load_dataset
+from training.data.dataset import load_dataset, read_task
 from training.data.frontiers import derive_default_targets
 from training.evaluation.calibrate import calibration_online_episodes
 from training.learn.config import TrainConfig, parse_config
@@ -159,6 +160,7 @@ def _train_cell(config: ReportConfig, dataset_path: Path, label: str, algo: str,
     if algo in SEQUENCE_ALGORITHMS:
         return _train_sequence_cell(config, dataset_path, model_dir, algo, seed)
     from training.baselines.registry import train_and_export
+    from training.baselines.resume import ProgressMismatch
 
     run = dataclasses.replace(
         config.train,
@@ -168,7 +170,10 @@ def _train_cell(config: ReportConfig, dataset_path: Path, label: str, algo: str,
         out=model_dir,
         cost_limit=config.cost_limit,
     )
-    return train_and_export(run, load_dataset(dataset_path))
+    try:
+        return train_and_export(run, load_dataset(dataset_path))
+    except ProgressMismatch as error:  # other --train.* settings than the cell's unfinished run
+        raise UserError(f"{error}, or give the grid another --models-dir") from None
 
 
 def _train_sequence_cell(
@@ -196,10 +201,48 @@ def _train_sequence_cell(
 
 
 def _dataset_label(entry: str) -> tuple[str, Path]:
+    """The table column of a `--datasets` entry (its LABEL, else the task's short name), and the
+    file; a cell's folder is `<models_dir>/<column>/<algo>-s<seed>`."""
     label, path = split_label(entry)
     if label is None:
-        label = short_task(load_dataset(path).task)
+        label = short_task(read_task(path))
     return label, path
+
+
+def unfinished_elsewhere(config: ReportConfig) -> list[str]:
+    """Baseline cells whose unfinished run (`progress.pt`, which the grid would continue) was
+    trained on another dataset file than the grid names for that column, one phrase each: said
+    before the first run, not after the hours of the cells before it."""
+    found = []
+    for entry in config.datasets:
+        label, path = _dataset_label(entry)
+        for algo in (name for name in config.algorithms if name not in SEQUENCE_ALGORITHMS):
+            for seed in range(config.seeds):
+                cell = config.models_dir / label / f"{algo}-s{seed}"
+                if config.reuse and (cell / CARD_FILE).is_file():
+                    continue  # reused as it is: its progress is never read
+                saved = _unfinished_dataset(cell)
+                if saved is not None and saved != str(path):
+                    found.append(
+                        f"{cell} holds an unfinished {algo} run on dataset {saved}, not {path}:"
+                        f" give {path} its own column (--datasets LABEL={path}) or the grid"
+                        f" another --models-dir, or delete {cell / 'progress.pt'} to train that"
+                        " cell again from step 0"
+                    )
+    return found
+
+
+def _unfinished_dataset(cell: Path) -> str | None:
+    """The dataset an unfinished baseline run in `cell` trains on (its `progress.json`, the
+    settings beside `progress.pt`), or None where there is none."""
+    if not (cell / "progress.pt").is_file():
+        return None
+    try:
+        settings = json.loads((cell / "progress.json").read_text())
+    except (OSError, ValueError):
+        return None
+    dataset = settings.get("dataset") if isinstance(settings, dict) else None
+    return dataset if isinstance(dataset, str) else None
 
 
 def run_grid(config: ReportConfig, evaluate: EvaluateFunction) -> list[RunResult]:
