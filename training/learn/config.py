@@ -219,8 +219,6 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.seq_len < 1 or self.batch_size < 1 or self.update_steps < 0:
             raise ValueError("seq_len and batch_size must be >= 1, update_steps >= 0")
-        if self.embedding_dim % self.num_heads:
-            raise ValueError("embedding_dim must be divisible by num_heads")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError("dropout must lie in [0, 1)")
         if any(budget <= 0 for budget in self.eval_budgets):

@@ -36,6 +36,7 @@ from training.data.windows import (
     window_coverage,
 )
 from training.interrupt import StopRequest, TrainingInterrupted
+from training.learn.checks import check_training_data, thread_cap
 from training.learn.config import TrainConfig
 from training.learn.distributed import (
     average_gradients,
@@ -194,8 +195,11 @@ def prepare_training(config: TrainConfig) -> TrainState:
     config, checkpoint = resolve_config(config)
     context = init_distributed(config.device)
     if config.num_threads is not None and not config.device.startswith("cuda"):
-        torch.set_num_threads(max(1, config.num_threads // context.world_size))
+        # capped: a resumed run keeps the count of the machine it started on, maybe a larger one
+        threads = min(config.num_threads, thread_cap())
+        torch.set_num_threads(max(1, threads // context.world_size))
     dataset = load_dataset(config.dataset)
+    check_training_data(config, dataset)  # `cdt train` checked already; other callers not
     dataset_info = dataset_summary(config.dataset, dataset, config.eval_budgets)
     reward_scale, cost_scale = config.token_scales(dataset.reward_returns)
     stats = compute_stats(dataset.episodes, dataset.attrs, reward_scale, cost_scale)
