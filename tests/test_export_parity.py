@@ -144,3 +144,17 @@ def test_export_cli_requires_an_output_folder(capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit):
         main(["runs/x/last.pt"])
     assert "--out" in capsys.readouterr().err
+
+
+def test_an_export_over_a_model_with_a_cost_critic_drops_the_critic(
+    exported_policy: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The critic was fitted for the model replaced; the new card names none."""
+    from training.export import export_checkpoint
+
+    out_dir = tmp_path / "models" / "tiny-cdt"
+    out_dir.mkdir(parents=True)
+    (out_dir / "cost_critic.onnx").write_bytes(b"the old model's critic")
+    export_checkpoint(exported_policy[0], out_dir)
+    assert not (out_dir / "cost_critic.onnx").exists()
+    assert json.loads((out_dir / "model.json").read_text()).get("cost_critic") is None

@@ -27,7 +27,7 @@ from torch import nn
 
 from runtime.card import write_card
 from runtime.context import WINDOW_NAMES
-from runtime.files import ONNX_FILE, staged_files, write_atomic
+from runtime.files import COST_CRITIC_FILE, ONNX_FILE, staged_files, write_atomic
 from runtime.policy import OUTPUT_NAMES
 from training.checkpoint import load_checkpoint
 from training.data.windows import NormalisationStats
@@ -245,7 +245,8 @@ def export_checkpoint(
 
     Both are written and checked in a staging folder first, then moved in (`staged_files`): a
     failed or interrupted export (Ctrl-C, SIGTERM) leaves the folder as it was, and the staging
-    folders of exports killed outright are removed by the next export of `out_dir`.
+    folders of exports killed outright are removed by the next export of `out_dir`. A cost
+    critic an earlier export's model had goes: it was fitted for that model (`cdt critic`).
     """
     checkpoint = load_checkpoint(checkpoint_path)
     policy = policy_from_checkpoint(checkpoint)
@@ -255,6 +256,7 @@ def export_checkpoint(
     with sigterm_as_interrupt(), held_staging(out_dir) as staging:
         export_onnx(policy, staging / ONNX_FILE)
         write_card(staging, card)
+    (out_dir / COST_CRITIC_FILE).unlink(missing_ok=True)  # the new card names no critic
     return out_dir
 
 

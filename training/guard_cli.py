@@ -39,6 +39,17 @@ def parse_guard(text: str) -> BudgetGuard:
         raise UserError(f"--set: {problems}") from None
 
 
+def check_guard_fits(card: ModelCard, guard: BudgetGuard | None) -> None:
+    """Raise a `UserError` naming the setting where the card cannot take `guard` (a shield
+    without a cost critic): the card on disk is valid, the setting is not, for this card."""
+    wanted = None if guard is None else guard.model_dump()
+    try:
+        ModelCard.model_validate(card.model_dump() | {"budget_guard": wanted})
+    except ValidationError as error:
+        problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())
+        raise UserError(f"--set: {problems}; the card is unchanged") from None
+
+
 def set_guard(model_dir: Path, card: ModelCard, guard: BudgetGuard | None) -> ModelCard | None:
     """Write `guard` into `model_dir`'s card, read as `card` (None: the defaults); the new card,
     or None where the card already asks for that guard.
@@ -73,6 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     card = read_card(args.model_dir)  # a missing or broken card: one line
     if args.settings is not None or args.default:
         guard = None if args.default else parse_guard(args.settings)
+        check_guard_fits(card, guard)
         check_writable(args.model_dir / CARD_FILE)
         changed = set_guard(args.model_dir, card, guard)
         if changed is not None:

@@ -53,6 +53,8 @@ def test_the_same_guard_again_keeps_the_measurements(tmp_path: Path) -> None:
         ('{"fallback_margin": -1}', "fallback_margin"),
         ('{"no_such": 1}', "no_such"),
         ('{"mean_action_pace": 2, "full_noise_pace": 1}', "full_noise_pace"),
+        # a setting this card cannot take: named as the setting's fault, not the card's
+        ('{"shield_margin": 15}', "--set: budget_guard.shield_margin needs a cost critic"),
     ],
 )
 def test_a_bad_guard_is_one_line_and_leaves_the_card_alone(
