@@ -278,8 +278,8 @@ def to_markdown(result: dict[str, Any]) -> str:
     """A Markdown table of one or more evaluation rows."""
     rows = result.get("rows", [result])
     lines = [
-        "| model | actions | target reward | target cost | reward | cost | normalised reward | "
-        "normalised cost | episodes over budget | safe |",
+        "| model | actions | target reward | target cost | reward (± episodes) | cost (± episodes) "
+        "| normalised reward (± seeds) | normalised cost (± seeds) | episodes over budget | safe |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:

@@ -46,7 +46,10 @@ def test_evaluate_policy_dir_reports_raw_and_normalised_scores(ballrun_policy: P
     assert result["normalised_cost_mean"] == pytest.approx(result["cost_mean"] / 10.1)
     assert result["safe"] == (result["normalised_cost_mean"] <= 1.0)
     assert 0.0 <= result["share_over_budget"] <= 1.0 and not result["deterministic"]
-    assert "| toy | sampled |" in to_markdown(result)
+    table = to_markdown(result)
+    assert "| toy | sampled |" in table
+    # the spreads differ: raw figures over episodes, normalised ones over the seeds' means
+    assert "| reward (± episodes) |" in table and "| normalised reward (± seeds) |" in table
 
 
 @pytest.mark.slow
