@@ -6,7 +6,7 @@ is never reused without `--resume` (`check_run_dir`): the command stops in one l
 rerun can never leave an older run's `best.pt` beside a newer `last.pt`. Then, still before a run
 folder or a ledger line exists, the settings are checked against the dataset and this machine
 (`check_inputs`: context length, the memory of one step, and the simulator that in-loop evaluation
-needs). A resumed run is checked, and recorded, with its own settings (`resumed`).
+needs). A resumed run is checked, and recorded, with its own settings (`parse_config`).
 
 This command sits above learn/ and evaluation/: it hands the training loop
 (`training.learn.train.train`) the checkpoint evaluation in the simulator
@@ -17,7 +17,6 @@ This command sits above learn/ and evaluation/: it hands the training loop
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import sys
@@ -30,7 +29,7 @@ from runtime.arguments import (
     UNIT_INTERVAL,
     unmet,
 )
-from runtime.sim import check_task, make_env
+from runtime.sim import make_env
 from runtime.user_errors import (
     UserError,
     exit_on_user_errors,
@@ -150,24 +149,14 @@ def check_device(device: str) -> None:
         raise UserError(f"--device {device}: this machine has {torch.cuda.device_count()} GPUs")
 
 
-def resumed(config: TrainConfig, argv: list[str]) -> TrainConfig:
-    """The settings the run will train with: a resumed run's own (the JSON beside its checkpoint,
-    as `resolve_config` reads them from the checkpoint), with this command's update_steps. So the
-    checks, the run folder and the ledger row describe the run being resumed, not the defaults
-    of flags that --resume ignores; a warning names the flags given in vain."""
+def warn_ignored_flags(config: TrainConfig, argv: list[str]) -> None:
+    """A resumed run trains with its own settings (`parse_config` reads them): name the flags
+    given in vain."""
     if config.resume is None:
-        return config
-    stored = config.resume.with_suffix(".json")
-    try:
-        run = TrainConfig.from_json_dict(json.loads(stored.read_text()))
-    except (OSError, ValueError, TypeError, KeyError) as error:
-        reason = f"{type(error).__name__}: {error}"
-        message = f"--resume {config.resume}: {stored} holds no training settings ({reason})"
-        raise UserError(message) from None
+        return
     given = [arg.split("=")[0] for arg in argv if arg.startswith("--")]
     if ignored := [flag for flag in given if flag not in RESUME_FLAGS]:
         logger.warning("--resume continues the run as it was: ignored %s", " ".join(ignored))
-    return dataclasses.replace(run, update_steps=config.update_steps, resume=config.resume)
 
 
 def _size(space: Any) -> int:
@@ -175,8 +164,8 @@ def _size(space: Any) -> int:
 
 
 def _env_sizes(task: str) -> tuple[int, int]:
-    """(observation size, action size) of `task`'s env: made once and closed (~0.3 s)."""
-    check_task(task)  # no such id: ValueError naming gymnasium's guess
+    """(observation size, action size) of `task`'s env: made once and closed (~0.3 s); an id no
+    env has raises `UnknownTask`."""
     env = make_env(task)
     try:
         return _size(env.observation_space), _size(env.action_space)
@@ -242,7 +231,8 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("training").setLevel(logging.INFO)
     args = sys.argv[1:] if argv is None else argv
-    config = resumed(parse_config(args), args)
+    config = parse_config(args)
+    warn_ignored_flags(config, args)
     check_config(config)
     check_run_dir(config)
     # Deferred on purpose: these import torch (seconds), which parsing never needs.

@@ -427,10 +427,8 @@ def _given(args: list[str], flag: str) -> bool:
 
 
 def parse_config(argv: list[str] | None) -> TrainConfig:
-    """Parse `cdt train` arguments: the preset's values are the defaults of every flag.
-
-    `--resume` alone continues to the resumed run's own `update_steps` (read from the JSON that
-    sits beside every checkpoint); `--update-steps N` with it extends or shortens the run.
+    """Parse `cdt train` arguments: the preset's values are the defaults of every flag. A resumed
+    run is its own settings (the JSON beside every checkpoint); `--update-steps N` changes its end.
     """
     args = [] if argv is None else list(argv)
     defaults = PRESETS.get(_preset_from_argv(args), PRESETS["cpu"])
@@ -439,9 +437,13 @@ def parse_config(argv: list[str] | None) -> TrainConfig:
         stored = config.resume.with_suffix(".json")
         if not config.resume.is_file() or not stored.is_file():
             raise ConfigError(f"--resume {config.resume}: no such checkpoint (with its .json)")
-        if not _given(args, "--update-steps"):
-            steps = int(json.loads(stored.read_text())["update_steps"])
-            config = dataclasses.replace(config, update_steps=steps)
+        try:
+            run = TrainConfig.from_json_dict(json.loads(stored.read_text()))
+        except (OSError, ValueError, TypeError, KeyError) as error:
+            reason = f"{stored} holds no training settings ({type(error).__name__}: {error})"
+            raise ConfigError(f"--resume {config.resume}: {reason}") from None
+        steps = config.update_steps if _given(args, "--update-steps") else run.update_steps
+        config = dataclasses.replace(run, update_steps=steps, resume=config.resume)
     elif not config.dataset.is_file():
         raise ConfigError(f"--dataset {config.dataset}: no such file")
     return config
