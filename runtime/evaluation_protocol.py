@@ -87,14 +87,20 @@ def split_problems(
     return found
 
 
+def check_split(split: SeedSplit, episodes: int, seeds: int) -> None:
+    """Raise `SeedRangeError` for more episodes than a group holds, or more seeds than the split
+    owns (`--episodes`, `--seeds`): commands call it before any episode runs."""
+    if problems := split_problems(split, episodes, seeds):
+        raise SeedRangeError("; ".join(problems))
+
+
 def split_seeds(split: SeedSplit, episodes: int, seeds: int) -> list[tuple[int, ...]]:
     """`seeds` groups of `episodes` seeds of one split; groups and splits never share a seed.
 
     Raises:
         SeedRangeError: more episodes than a group holds, or more seeds than the split owns.
     """
-    if problems := split_problems(split, episodes, seeds):
-        raise SeedRangeError("; ".join(problems))
+    check_split(split, episodes, seeds)
     base = SPLIT_BASES[split]
     return [tuple(base + s * SEED_GROUP + e for e in range(episodes)) for s in range(seeds)]
 

@@ -34,10 +34,9 @@ from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec, run_epis
 from runtime.evaluation_protocol import (
     REPORTED_BUDGETS,
     SEED_SPLITS,
-    SeedRangeError,
     SeedSplit,
     action_mode,
-    split_problems,
+    check_split,
     split_seeds,
     summarise,
     target_reward_for,
@@ -406,8 +405,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.record and args.split != "test":
         parser.error("--record stores the reported evaluation: only with --split test")
-    if problems := split_problems(args.split, args.episodes, args.seeds):
-        raise SeedRangeError("; ".join(problems))
+    check_split(args.split, args.episodes, args.seeds)
     card = load_policy(args.model_dir, writes_card=args.record).card
     task = check_task_for(card, args.task, args.force)
     out = args.out or default_report_dir(args.model_dir)

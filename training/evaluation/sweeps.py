@@ -21,7 +21,7 @@ import numpy as np
 from runtime.arguments import CommandParser, budget, finite_float, positive_int
 from runtime.card import read_card
 from runtime.episodes import EpisodeSpec
-from runtime.evaluation_protocol import SeedRangeError, report_seeds, split_problems
+from runtime.evaluation_protocol import check_split, report_seeds
 from runtime.files import write_atomic
 from runtime.user_errors import UserError, exit_on_user_errors, require
 from training.card_update import record_sweep
@@ -232,8 +232,7 @@ def _check(args: argparse.Namespace, card: dict[str, Any]) -> Path:
     written, the plots can be drawn (matplotlib); returns the output folder."""
     if not args.costs:
         raise UserError("--costs names no cost target")
-    if problems := split_problems("test", args.episodes, args.seeds):
-        raise SeedRangeError("; ".join(problems))
+    check_split("test", args.episodes, args.seeds)
     if args.change_step >= card["max_episode_len"]:
         raise UserError(
             f"--change-step {args.change_step} lies past the episode's end"
