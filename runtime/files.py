@@ -8,13 +8,19 @@ unwritable path or earlier work in the way stops it in one line, not after an ho
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import glob
+import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from runtime.user_errors import UserError
+
+logger = logging.getLogger(__name__)
 
 CARD_FILE = "model.json"
 """An exported policy's model card, beside its graph (docs/ARTIFACT.md)."""
@@ -23,6 +29,9 @@ ONNX_FILE = "model.onnx"
 onnxruntime, so that command-line parsers can name them and still answer `--help` fast."""
 COST_CRITIC_FILE = "cost_critic.onnx"
 """An exported policy's optional cost critic, the budget guard's shield (`runtime.cost_critic`)."""
+STAGING_SINCE = time.time()
+"""When this process loaded this module: a staging folder older than that, and locked by no
+one, is a killed writer's (`clear_stale_staging`)."""
 
 
 def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
@@ -48,21 +57,61 @@ def staged_files(folder: str | Path) -> Iterator[Path]:
     written there into `folder` (one rename each, in name order), else drop them all.
 
     For outputs of several files (a model's graph and card): a failure while writing leaves the
-    old files, never a mix of old and half-written new ones. Other files in `folder` stay.
+    old files, never a mix of old and half-written new ones. Other files in `folder` stay. The
+    staging folder is locked (`flock`) until it is gone, so that the staging folders of writers
+    killed outright (`kill -9`), which nothing else removes, go as the next one of `folder`
+    begins (`clear_stale_staging`).
     """
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
+    clear_stale_staging(folder)
     # Two levels down, so that a model repository scanning `*/model.json` never sees it.
     root = Path(tempfile.mkdtemp(prefix=f".{folder.name}.staged-", dir=folder.parent))
     staging = root / folder.name
     staging.mkdir()
+    descriptor = os.open(root, os.O_RDONLY)
     try:
+        with contextlib.suppress(OSError):  # a file system without locks: never cleared
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         yield staging
         folder.mkdir(exist_ok=True)
         for path in sorted(staging.iterdir()):
             os.replace(path, folder / path.name)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        os.close(descriptor)  # releases the lock, once the folder is gone
+
+
+def clear_stale_staging(folder: Path) -> list[Path]:
+    """Remove the staging folders (`.<name>.staged-*` beside `folder`) that earlier writers of
+    `folder` left when killed: made before this process loaded this module and locked by no
+    live writer. Returns them."""
+    pattern = f".{glob.escape(folder.name)}.staged-*"
+    cleared = []
+    for root in sorted(folder.parent.glob(pattern)):
+        if _stale(root):
+            shutil.rmtree(root, ignore_errors=True)
+            logger.info("removed %s, left by a writer that was killed", root)
+            cleared.append(root)
+    return cleared
+
+
+def _stale(folder: Path) -> bool:
+    """Whether `folder` was made before this process loaded this module and no process holds
+    its lock (False where that cannot be told, or it is gone already)."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        if os.fstat(descriptor).st_mtime >= STAGING_SINCE:
+            return False  # perhaps a writer that has not locked it yet
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:  # BlockingIOError: a live writer holds it
+        return False
+    finally:
+        os.close(descriptor)
 
 
 def _nearest_existing(path: Path) -> Path:

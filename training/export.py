@@ -8,16 +8,10 @@ scaling, time-step clamping), so the service never re-implements it.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import fcntl
-import glob
 import logging
-import os
-import shutil
-import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +31,6 @@ from training.provenance import git_commit
 
 logger = logging.getLogger(__name__)
 ONNX_OPSET = 18
-EXPORTER_LOADED = time.time()
-"""When this process loaded the exporter: a staging folder older than that, and locked by no
-one, is a killed export's (`clear_stale_staging`)."""
 
 
 class EnvUnitPolicy(nn.Module):
@@ -251,61 +242,12 @@ def export_checkpoint(
     checkpoint = load_checkpoint(checkpoint_path)
     policy = policy_from_checkpoint(checkpoint)
     card = model_card(checkpoint, name or out_dir.resolve().name, version, ONNX_OPSET)
-    clear_stale_staging(out_dir)
     # SIGTERM as Ctrl-C: the staging folder goes with the interrupted export, not after it.
-    with sigterm_as_interrupt(), held_staging(out_dir) as staging:
+    with sigterm_as_interrupt(), staged_files(out_dir) as staging:
         export_onnx(policy, staging / ONNX_FILE)
         write_card(staging, card)
     (out_dir / COST_CRITIC_FILE).unlink(missing_ok=True)  # the new card names no critic
     return out_dir
-
-
-@contextlib.contextmanager
-def held_staging(out_dir: Path) -> Iterator[Path]:
-    """`staged_files(out_dir)`, its folder locked (`flock`) until it is gone, so that another
-    export of `out_dir` tells it from the staging of an export that was killed (`kill -9`)."""
-    descriptor: int | None = None
-    try:
-        with staged_files(out_dir) as staging:
-            descriptor = os.open(staging.parent, os.O_RDONLY)
-            with contextlib.suppress(OSError):  # a file system without locks: never cleared
-                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            yield staging
-    finally:
-        if descriptor is not None:
-            os.close(descriptor)  # releases the lock, once the folder is gone
-
-
-def clear_stale_staging(out_dir: Path) -> list[Path]:
-    """Remove the staging folders (`.<name>.staged-*` beside `out_dir`) that earlier exports of
-    `out_dir` left when killed: made before this process loaded the exporter and locked by no
-    live export. Returns them."""
-    pattern = f".{glob.escape(out_dir.name)}.staged-*"
-    cleared = []
-    for root in sorted(out_dir.parent.glob(pattern)):
-        if _stale(root):
-            shutil.rmtree(root, ignore_errors=True)
-            logger.info("removed %s, left by an export that was killed", root)
-            cleared.append(root)
-    return cleared
-
-
-def _stale(folder: Path) -> bool:
-    """Whether `folder` was made before this process loaded the exporter and no process holds
-    its lock (False where that cannot be told, or it is gone already)."""
-    try:
-        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return False
-    try:
-        if os.fstat(descriptor).st_mtime >= EXPORTER_LOADED:
-            return False  # perhaps an export that has not locked it yet
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except OSError:  # BlockingIOError: a live export holds it
-        return False
-    finally:
-        os.close(descriptor)
 
 
 def quiet_exporter_logs() -> None:

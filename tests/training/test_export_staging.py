@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from runtime.files import clear_stale_staging, staged_files
 from training import export as export_module
-from training.export import clear_stale_staging, export_checkpoint, held_staging
+from training.export import export_checkpoint
 
 
 def _staging(out: Path, suffix: str, age_s: float = 3600.0) -> Path:
@@ -52,7 +53,7 @@ def test_only_the_staging_of_killed_exports_of_that_folder_is_removed(tmp_path: 
 
 def test_a_staging_folder_is_locked_while_its_export_runs(tmp_path: Path) -> None:
     out = tmp_path / "cdt-x"
-    with held_staging(out) as staging:
+    with staged_files(out) as staging:
         os.utime(staging.parent, (0, 0))  # as old as can be: only the lock keeps it
         assert clear_stale_staging(out) == [] and staging.is_dir()
     assert [path.name for path in tmp_path.iterdir()] == ["cdt-x"]  # the staging gone
