@@ -12,7 +12,7 @@ import tyro
 
 from runtime.files import check_writable, refuse_overwrite
 from runtime.sim import check_task
-from runtime.user_errors import UserError, exit_on_user_errors
+from runtime.user_errors import exit_on_user_errors
 from training.collect.settings import CollectConfig, check_resume, output_paths
 from training.run_lock import run_folder_lock
 
@@ -20,10 +20,7 @@ from training.run_lock import run_folder_lock
 def check_before_collecting(config: CollectConfig) -> None:
     """The task exists, the outputs may be written (none replaced without --force) and a run
     folder that holds epochs already is continued with their settings."""
-    try:
-        check_task(config.task)
-    except ValueError as error:
-        raise UserError(str(error)) from None
+    check_task(config.task)  # an unknown task: `UnknownTask`, a one-line UserError
     check_writable(config.output_path, option="--out")
     hint = "give another --out, or pass --force to replace it"
     refuse_overwrite(output_paths(config), config.force, hint)
