@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,12 +23,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywher
 from training.data.dataset import Episode, load_dataset
 
 
-def spend_timing(
-    episodes: list[Episode], costs: tuple[float, float], cut: float
-) -> tuple[int, float, float]:
+class SpendTiming(NamedTuple):
+    episodes: int
+    share_by_mid: float
+    kept_cut: float
+    reward_kept: str  # "mean / p90" of the episodes within the cut by mid-episode
+    reward_spent: str  # the same for the others
+
+
+def _reward_summary(rewards: np.ndarray) -> str:
+    if rewards.size == 0:
+        return "-"
+    return f"{rewards.mean():.1f} / {np.percentile(rewards, 90):.1f}"
+
+
+def spend_timing(episodes: list[Episode], costs: tuple[float, float], cut: float) -> SpendTiming:
     """Full-length episodes with cost return in `costs`: their count, the pooled share of their
-    cost spent by mid-episode, and the share of them that had spent at most `cut` by then."""
+    cost spent by mid-episode, the share of them that had spent at most `cut` by then, and the
+    normalised reward of those that had and of those that had not."""
     longest = max(episode.length for episode in episodes)
+    all_rewards = np.array([episode.reward_return for episode in episodes])
+    low_reward, reward_range = all_rewards.min(), max(np.ptp(all_rewards), 1e-9)
     low, high = costs
     chosen = [
         episode
@@ -35,10 +51,19 @@ def spend_timing(
         if episode.length == longest and low <= episode.cost_return <= high
     ]
     if not chosen:
-        return 0, float("nan"), float("nan")
+        return SpendTiming(0, float("nan"), float("nan"), "-", "-")
     totals = np.array([episode.cost_return for episode in chosen])
     by_mid = np.array([episode.costs[: longest // 2].sum() for episode in chosen])
-    return len(chosen), float(by_mid.sum() / max(totals.sum(), 1e-9)), float(np.mean(by_mid <= cut))
+    rewards = np.array([episode.reward_return for episode in chosen])
+    normalised = 100 * (rewards - low_reward) / reward_range
+    kept = by_mid <= cut
+    return SpendTiming(
+        len(chosen),
+        float(by_mid.sum() / max(totals.sum(), 1e-9)),
+        float(np.mean(kept)),
+        _reward_summary(normalised[kept]),
+        _reward_summary(normalised[~kept]),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -51,10 +76,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     low, high = args.costs
     print(f"| dataset | episodes of cost {low:g}-{high:g} | share spent by mid-episode "
-          f"| at most {args.cut:g} by mid-episode |\n|---|---|---|---|")  # fmt: skip
+          f"| at most {args.cut:g} by mid-episode | their reward (mean / p90) "
+          f"| the others' reward |\n|---|---|---|---|---|---|")  # fmt: skip
     for path in args.datasets:
-        count, share, kept = spend_timing(load_dataset(path).episodes, (low, high), args.cut)
-        print(f"| {path.name} | {count} | {share:.0%} | {kept:.0%} |", flush=True)
+        timing = spend_timing(load_dataset(path).episodes, (low, high), args.cut)
+        print(f"| {path.name} | {timing.episodes} | {timing.share_by_mid:.0%} | "
+              f"{timing.kept_cut:.0%} | {timing.reward_kept} | {timing.reward_spent} |",
+              flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
