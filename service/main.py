@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.body_errors import BODY_PARSE_FAILURE, clearer_errors, unreadable_body
 from service.config import Settings
 from service.deps import require_token, token_accepted
 from service.episodes import EpisodeService
@@ -177,28 +178,44 @@ async def _service_error(request: Request, error: ServiceError) -> JSONResponse:
 
 
 async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
-    field, detail = describe_validation_error(error.errors(), REQUEST_PARTS)
+    errors = clearer_errors(error.errors(), request.headers.get("content-type"))
+    field, detail = describe_validation_error(errors, REQUEST_PARTS, whole="body")
     body = ErrorResponse(code="validation_error", detail=detail, field=field)
     return _error_response(request, 422, body)
 
 
 async def _http_error(request: Request, error: HTTPException) -> JSONResponse:
+    if error.status_code == 400 and error.detail == BODY_PARSE_FAILURE:  # `service.body_errors`
+        detail = unreadable_body(error.__cause__)
+        body = ErrorResponse(code="validation_error", detail=f"body: {detail}", field="body")
+        return _error_response(request, 422, body)
     code = {404: "not_found", 405: "method_not_allowed"}.get(error.status_code, "http_error")
-    body = ErrorResponse(code=code, detail=str(error.detail))
-    headers = dict(error.headers or {})
+    detail, headers = str(error.detail), dict(error.headers or {})
+    path = request.url.path[:200]
+    if error.status_code == 404 and detail == "Not Found":  # Starlette's: no route matched
+        detail = f"no route {request.method} {path}; the API's routes are listed at /docs"
     if error.status_code == 405:  # Starlette lists only the first matching route's methods
         headers["Allow"] = ", ".join(sorted(allowed_methods(request)))
+        detail = f"{request.method} is not allowed on {path}; allowed: {headers['Allow']}"
+    body = ErrorResponse(code=code, detail=detail)
     return _error_response(request, error.status_code, body, headers)
 
 
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
 def allowed_methods(request: Request) -> set[str]:
-    """Every method some route serves at this path."""
-    methods: set[str] = set()
-    for route in request.app.routes:
-        match, _ = route.matches(request.scope)
-        if match != Match.NONE:
-            methods |= getattr(route, "methods", None) or set()
-    return methods
+    """Every method some route serves at this path: those a route matches fully. (Asked route
+    by route, as the router does: FastAPI nests included routers in routes that have no
+    `methods`, so reading `route.methods` found none there and `Allow` came out empty.)"""
+    return {
+        method
+        for method in HTTP_METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] == Match.FULL
+            for route in request.app.routes
+        )
+    }
 
 
 class TokenGateMiddleware:

@@ -27,7 +27,7 @@ from service.schemas import (
 router = APIRouter(
     prefix="/episodes", tags=["episodes"], responses=error_responses(404, 410, 422, 503)
 )
-BODY_ERRORS = error_responses(400, 413)  # undecodable body (FastAPI's 400), oversized body
+BODY_ERRORS = error_responses(413)  # oversized body; an unreadable one is 422 (service.body_errors)
 EpisodeIdPath = Annotated[
     str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$", description="episode id")
 ]

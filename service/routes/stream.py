@@ -30,7 +30,13 @@ from pydantic import BaseModel, ValidationError
 
 from service.deps import EpisodeServiceDep, token_accepted, websocket_token
 from service.episodes import EpisodeService
-from service.errors import RevisionMismatchError, ServiceError, SocketEpisodeLimitError
+from service.errors import (
+    EpisodeGoneError,
+    EpisodeNotFoundError,
+    RevisionMismatchError,
+    ServiceError,
+    SocketEpisodeLimitError,
+)
 from service.preconditions import Precondition
 from service.schemas import (
     StreamAction,
@@ -171,6 +177,8 @@ async def dispatch(message: Inbound, service: EpisodeService, started: set[str])
         return action
     if isinstance(message, StreamStart):
         limit = service.settings.ws_max_episodes_per_socket
+        if len(started) >= limit:  # some may have ended over REST or another socket, or expired
+            started -= await ended_elsewhere(service, started)
         if len(started) >= limit:
             detail = f"this socket started {limit} live episodes, its limit; end one first"
             raise SocketEpisodeLimitError(detail, "type")
@@ -189,22 +197,40 @@ async def dispatch(message: Inbound, service: EpisodeService, started: set[str])
     return StreamEnded(**vars(ended), request_id=request_id)
 
 
+async def ended_elsewhere(service: EpisodeService, started: set[str]) -> set[str]:
+    """The episodes of `started` that are no longer live: ended over REST or another socket, or
+    expired (410), or unknown by now (404). Asked only at the socket's limit, all in one batch."""
+    episodes = sorted(started)
+    answers = await asyncio.gather(
+        *(service.describe(episode) for episode in episodes), return_exceptions=True
+    )
+    return {
+        episode
+        for episode, answer in zip(episodes, answers, strict=True)
+        if isinstance(answer, EpisodeGoneError | EpisodeNotFoundError)
+    }
+
+
 def describe_validation_error(
-    errors: Sequence[Mapping[str, Any]], drop: frozenset[str] = FRAME_TYPES
+    errors: Sequence[Mapping[str, Any]], drop: frozenset[str] = FRAME_TYPES, whole: str = "frame"
 ) -> tuple[str | None, str]:
     """The first offending field (dotted path) and a readable summary of all errors.
 
     Args:
         errors: pydantic's `ValidationError.errors()` (or FastAPI's equivalent).
         drop: leading location parts that name no field (a union tag, `body`, `path`...).
+        whole: the field named for an error of the whole message (or of a field named "").
     """
     fields: list[str] = []
     for item in errors:
         location = [str(part) for part in item["loc"]]
         if len(location) > 1 and location[0] in drop:
             location = location[1:]
-        fields.append(".".join(location) or "frame")
-    messages = [f"{field}: {item['msg']}" for field, item in zip(fields, errors, strict=True)]
+        fields.append(".".join(location) or whole)
+    messages = [
+        f"{field}: {str(item['msg']).removeprefix('Value error, ')}"
+        for field, item in zip(fields, errors, strict=True)
+    ]
     detail = "; ".join(messages)
     return (fields[0] if fields else None), detail[:2000]
 
