@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,15 @@ FINAL_OBSERVATIONS = "final_observations"  # compact layout: each episode's last
 FLAG_KEYS = ("terminals", "timeouts")
 REQUIRED_KEYS = FLOAT_KEYS + FLAG_KEYS
 VECTOR_KEYS = ("rewards", "costs", "terminals", "timeouts")  # [transitions], one value per step
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+ENV_ID = re.compile(r"(?:[\w:-]+/)?[\w:.-]{1,200}")
+"""Gymnasium's env id grammar (`[namespace/]name[-vN]`): a task name is also a run folder's name,
+so it may hold no `..` path, control character or other separator."""
+MAX_EPISODE_STEPS = 1_000_000
+"""The largest `max_episode_steps` attribute: the model learns one time-step embedding per step."""
+READ_ERRORS = (OSError, KeyError, RuntimeError, TypeError, ValueError)
+"""What h5py raises for a corrupt file (bit flips: KeyError and RuntimeError, not only OSError)."""
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +150,17 @@ def _check_arrays(arrays: dict[str, np.ndarray]) -> None:
         if not np.all(np.isfinite(arrays[key])):
             bad = int(np.argwhere(~np.isfinite(arrays[key]))[0][0])
             raise DatasetError(f"non-finite value (NaN or inf) in {key!r} at row {bad}")
+        if not np.all(np.abs(arrays[key]) <= FLOAT32_MAX):  # the episodes hold float32
+            bad = int(np.argwhere(np.abs(arrays[key]) > FLOAT32_MAX)[0][0])
+            raise DatasetError(f"value too large for float32 in {key!r} at row {bad}")
+    if np.any(arrays["costs"] < 0):
+        bad = int(np.flatnonzero(arrays["costs"] < 0)[0])
+        raise DatasetError(f"negative cost in 'costs' at row {bad} (costs must be >= 0)")
+    for key in ("rewards", "costs"):  # returns and returns-to-go are summed into float32
+        if np.abs(arrays[key]).sum(dtype=np.float64) > FLOAT32_MAX:
+            raise DatasetError(f"{key!r} too large: their returns overflow float32")
+    if 0 in arrays["observations"].shape[1:] or 0 in arrays["actions"].shape[1:]:
+        raise DatasetError("'observations' and 'actions' need at least one column each")
     for key in FLAG_KEYS:
         dtype = arrays[key].dtype
         if not (dtype == np.bool_ or np.issubdtype(dtype, np.number)):
@@ -182,17 +203,69 @@ def split_episodes(arrays: dict[str, np.ndarray]) -> list[Episode]:
     return episodes
 
 
-def _decode_attr(value: Any) -> Any:
-    if isinstance(value, bytes):
-        value = value.decode()
+def _decode_attr(value: Any, key: str = "") -> Any:
+    """An attribute as plain Python (so the attrs can be written back as JSON): bytes as UTF-8
+    text, JSON text as its value, numpy values and arrays (of bytes too) as numbers and lists."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, np.ndarray | list):
+        return [_decode_attr(item, key) for item in value]
+    if isinstance(value, bytes | str):
+        try:  # h5py hands text that is not UTF-8 over as str with surrogate escapes
+            value = value.decode() if isinstance(value, bytes) else value
+            value.encode()
+        except UnicodeError:
+            raise DatasetError(f"attribute {key!r} holds bytes that are not UTF-8 text") from None
     if isinstance(value, str) and value[:1] in "{[":
         try:
             return json.loads(value)
         except json.JSONDecodeError:
             return value
-    if isinstance(value, np.generic | np.ndarray):
-        return value.tolist()  # plain Python, so the attrs can be written back as JSON
+    if isinstance(value, np.generic):
+        return _decode_attr(value.item(), key)
+    if not isinstance(value, str | int | float | bool):  # an empty (null) attribute, a reference
+        raise DatasetError(f"attribute {key!r} is a {type(value).__name__}, not text or numbers")
     return value
+
+
+def _check_task(attrs: dict[str, Any]) -> None:
+    """`env_id` names a gymnasium env, and so a run folder (see ENV_ID)."""
+    if "env_id" not in attrs:
+        return
+    task = attrs["env_id"]
+    if not isinstance(task, str) or not ENV_ID.fullmatch(task):
+        raise DatasetError(
+            f"attribute 'env_id' must name an env such as SafetyCarRun-v0, got {task!r:.80}"
+        )
+
+
+def _check_attrs(attrs: dict[str, Any], action_dim: int) -> None:
+    """The attributes training reads: `env_id`, `max_episode_steps`, `action_low`/`_high`."""
+    _check_task(attrs)
+    steps = attrs.get("max_episode_steps", 1)
+    if isinstance(steps, float) and steps.is_integer():
+        steps = int(steps)
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_EPISODE_STEPS:
+        raise DatasetError(
+            f"attribute 'max_episode_steps' must be a whole number in [1, {MAX_EPISODE_STEPS:,}],"
+            f" got {steps!r:.80}"
+        )
+    bounds = {}
+    for key in ("action_low", "action_high"):
+        if key not in attrs:
+            continue
+        try:
+            value = np.asarray(attrs[key], dtype=np.float64)
+        except (TypeError, ValueError):
+            value = np.array([np.nan])
+        if value.size not in (1, action_dim) or value.ndim > 1 or not np.isfinite(value).all():
+            raise DatasetError(
+                f"attribute {key!r} must be one finite number or {action_dim} (one per action),"
+                f" got {attrs[key]!r:.80}"
+            )
+        bounds[key] = value
+    if len(bounds) == 2 and not np.all(bounds["action_low"] < bounds["action_high"]):
+        raise DatasetError("attribute 'action_low' must lie below 'action_high'")
 
 
 def load_dataset(path: str | Path) -> OfflineDataset:
@@ -212,12 +285,16 @@ def load_dataset(path: str | Path) -> OfflineDataset:
                 if key in file and not isinstance(file[key], h5py.Dataset):
                     raise DatasetError(f"{key!r} is an HDF5 group, expected a dataset: {path}")
             arrays = {key: np.asarray(file[key]) for key in REQUIRED_KEYS if key in file}
-            attrs = {key: _decode_attr(value) for key, value in file.attrs.items()}
+            attrs = {key: _decode_attr(value, key) for key, value in file.attrs.items()}
             if attrs.get("layout") == COMPACT_LAYOUT:
                 arrays["next_observations"] = _next_observations(arrays, file)
-    except OSError as error:
+    except DatasetError:
+        raise
+    except READ_ERRORS as error:
         raise DatasetError(f"not a readable HDF5 file: {path} ({error})") from error
-    return OfflineDataset(episodes=split_episodes(arrays), attrs=attrs)
+    episodes = split_episodes(arrays)
+    _check_attrs(attrs, int(episodes[0].actions.shape[1]))
+    return OfflineDataset(episodes=episodes, attrs=attrs)
 
 
 def _next_observations(arrays: dict[str, np.ndarray], file: h5py.File) -> np.ndarray:
@@ -226,10 +303,12 @@ def _next_observations(arrays: dict[str, np.ndarray], file: h5py.File) -> np.nda
     if FINAL_OBSERVATIONS not in file or "observations" not in arrays:
         raise DatasetError(f"a compact file needs {FINAL_OBSERVATIONS!r} and 'observations'")
     observations, finals = arrays["observations"], np.asarray(file[FINAL_OBSERVATIONS])
-    ends = np.flatnonzero(
-        np.asarray(arrays.get("terminals", [])).astype(bool)
-        | np.asarray(arrays.get("timeouts", [])).astype(bool)
-    )
+    flags = [np.asarray(arrays.get(key, [])) for key in FLAG_KEYS]
+    if observations.ndim == 0 or any(flag.shape[:1] != observations.shape[:1] for flag in flags):
+        raise DatasetError(
+            "a compact file needs one 'terminals' and 'timeouts' row per observation"
+        )
+    ends = np.flatnonzero(flags[0].astype(bool) | flags[1].astype(bool))
     if finals.shape != (len(ends), *observations.shape[1:]):
         raise DatasetError(f"{FINAL_OBSERVATIONS!r} needs one row per episode end")
     next_observations = np.empty_like(observations)
@@ -252,9 +331,17 @@ def read_task(path: str | Path) -> str:
         raise DatasetError(f"no such file: {path}")
     try:
         with h5py.File(path, "r") as file:
-            return str(_decode_attr(file.attrs.get("env_id", "unknown")))
-    except OSError as error:
+            attrs = (
+                {"env_id": _decode_attr(file.attrs["env_id"], "env_id")}
+                if ("env_id" in file.attrs)
+                else {}
+            )
+    except DatasetError:
+        raise
+    except READ_ERRORS as error:
         raise DatasetError(f"not a readable HDF5 file: {path} ({error})") from error
+    _check_task(attrs)
+    return str(attrs.get("env_id", "unknown"))
 
 
 def concatenate_episodes(episodes: Sequence[Episode]) -> dict[str, np.ndarray]:
@@ -269,6 +356,21 @@ def concatenate_episodes(episodes: Sequence[Episode]) -> dict[str, np.ndarray]:
     }
 
 
+def _check_compactable(episodes: Sequence[Episode]) -> None:
+    """The compact layout keeps only each episode's last next_observation: refuse episodes whose
+    other ones are not the next row's observations (they would be lost)."""
+    for number, episode in enumerate(episodes):
+        differs = np.flatnonzero(
+            np.any(episode.next_observations[:-1] != episode.observations[1:], axis=1)
+        )
+        if differs.size:
+            raise DatasetError(
+                f"episode {number} has a next_observation at step {int(differs[0])} that is not "
+                "the next step's observation, which the compact layout cannot keep: "
+                "write the full layout (cdt dataset expand)"
+            )
+
+
 def save_dataset(
     path: str | Path, episodes: Sequence[Episode], attrs: dict[str, Any], compact: bool = False
 ) -> Path:
@@ -280,6 +382,7 @@ def save_dataset(
     arrays = concatenate_episodes(episodes)
     attrs = {key: value for key, value in attrs.items() if key != "layout"}
     if compact:
+        _check_compactable(episodes)
         finals = np.stack([episode.next_observations[-1] for episode in episodes])
         arrays = {key: value for key, value in arrays.items() if key != "next_observations"}
         arrays[FINAL_OBSERVATIONS] = finals.astype(np.float32)

@@ -83,9 +83,9 @@ def action_bounds(episodes: Sequence[Episode], attrs: dict[str, Any]) -> tuple[l
     actions stay within [-1, 1].
     """
     dim = episodes[0].actions.shape[1]
-    # scalars or lists in the file -> [action_dim]
-    low = np.asarray(attrs.get("action_low", [-1.0] * dim), dtype=np.float64).reshape(dim)
-    high = np.asarray(attrs.get("action_high", [1.0] * dim), dtype=np.float64).reshape(dim)
+    # scalars or lists in the file -> [action_dim] (load_dataset checks they are one of the two)
+    low = np.broadcast_to(np.asarray(attrs.get("action_low", -1.0), dtype=np.float64), (dim,))
+    high = np.broadcast_to(np.asarray(attrs.get("action_high", 1.0), dtype=np.float64), (dim,))
     all_actions = np.concatenate([episode.actions for episode in episodes])
     low = np.minimum(low, all_actions.min(axis=0))
     high = np.maximum(high, all_actions.max(axis=0))
