@@ -29,17 +29,13 @@ import argparse
 import contextlib
 import json
 import math
-import os
 import random
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
-import time
 import urllib.parse
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +57,7 @@ from bench.api_fuzz_values import (
     odd_step_index,
     odd_string,
 )
+from bench.local_server import running_server
 from runtime.arguments import positive_int
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -741,36 +738,6 @@ def _short(frame: str | bytes) -> str:
 # ---- the run ----------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def cdt_serve(models_dir: Path, log: Path) -> Iterator[str]:
-    """`cdt serve` on a free port with the in-memory store; yields its URL once ready."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {**os.environ, "CDT_LEDGER": "off"}
-    for name in ("CDT_REDIS_URL", "REDIS_URL", "CDT_API_TOKENS"):
-        env.pop(name, None)
-    command = [sys.executable, str(ROOT / "cdt_cli.py"), "serve", "--port", str(port)]
-    command += ["--models-dir", str(models_dir), "--log-level", "warning"]
-    with log.open("wb") as sink:
-        server = subprocess.Popen(command, env=env, cwd=ROOT, stdout=sink, stderr=sink)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            if server.poll() is not None:
-                raise RuntimeError(f"cdt serve exited: {log.read_text()[-2000:]}")
-            time.sleep(0.1)
-        else:
-            raise RuntimeError("cdt serve did not become ready")
-        yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=15)
-
-
 def fuzz(url: str, seed: int, cases: int, timeout: float = 10.0) -> tuple[Report, dict[str, int]]:
     """Run `cases` cases against the server at `url`; returns the report and control figures."""
     report = Report(url)
@@ -857,7 +824,7 @@ def main(argv: list[str] | None = None) -> int:
         log = None
         if args.server is None:
             log = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "serve.log"
-            url = stack.enter_context(cdt_serve(args.models_dir, log))
+            url = stack.enter_context(running_server(args.models_dir, log=log))
         else:
             url = args.server.rstrip("/")
         report, figures = fuzz(url, args.seed, args.cases, args.timeout)

@@ -1,4 +1,4 @@
-"""A real `cdt serve` app (uvicorn in a subprocess, 127.0.0.1, a free port) for the benchmarks."""
+"""The service as `cdt serve` runs it (a subprocess, 127.0.0.1, a free port), for the benchmarks."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 SERVICE_APP = "service.main:create_app"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextlib.contextmanager
@@ -21,24 +22,33 @@ def running_server(
     models_dir: Path,
     app: str = SERVICE_APP,
     redis_url: str | None = None,
+    log: Path | None = None,
 ) -> Iterator[str]:
-    """Run uvicorn in a subprocess on a free port; yields its URL once `/readyz` answers.
+    """Run the service as `cdt serve` runs it (its HTTP and websocket guards included), or any
+    other `app` as a plain ASGI app under uvicorn (no factory, no lifespan), in a subprocess on a
+    free port; yields its URL once `/readyz` answers.
 
-    With `redis_url`, two workers share episodes through Redis (the scale-out path). Any other
-    `app` is a plain ASGI app (no factory, no lifespan).
+    With `redis_url`, two workers share episodes through Redis (the scale-out path). With `log`,
+    the server's output goes to that file (else to this process's).
     """
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "CDT_MODELS_DIR": str(models_dir)}
-    env.pop("CDT_REDIS_URL", None)
-    command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
-    command += ["--log-level", "warning"]
-    if redis_url is not None:
-        env |= {"CDT_REDIS_URL": redis_url, "CDT_REDIS_PREFIX": f"bench-{port}"}
-        command += ["--workers", "2"]
-    command += ["--factory"] if app == SERVICE_APP else ["--lifespan", "off"]
-    server = subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parents[1])
+    env = {**os.environ, "CDT_LEDGER": "off"}
+    for name in ("CDT_REDIS_URL", "CDT_API_TOKENS"):  # a local, open, in-memory server
+        env.pop(name, None)
+    if app == SERVICE_APP:
+        command = [sys.executable, str(ROOT / "cdt_cli.py"), "serve", "--port", str(port)]
+        command += ["--models-dir", str(models_dir), "--log-level", "warning"]
+        if redis_url is not None:
+            env["CDT_REDIS_PREFIX"] = f"bench-{port}"
+            command += ["--workers", "2", "--redis-url", redis_url]
+    else:
+        command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
+        command += ["--log-level", "warning", "--lifespan", "off"]
+    with contextlib.ExitStack() as files:
+        sink = None if log is None else files.enter_context(log.open("wb"))
+        server = subprocess.Popen(command, env=env, cwd=ROOT, stdout=sink, stderr=sink)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(300):
@@ -47,6 +57,8 @@ def running_server(
                     if response.status == 200:
                         break
             except OSError:
+                if server.poll() is not None:
+                    raise RuntimeError("the server exited before it was ready") from None
                 time.sleep(0.1)
         else:
             raise RuntimeError("the server did not become ready")
