@@ -17,12 +17,16 @@ from runtime.budget_guard import (
     GUARD_TARGET_SHARE_OVER,
     BudgetGuard,
 )
-from runtime.files import CARD_FILE, write_atomic
+from runtime.files import CARD_FILE, read_regular, write_atomic
 from runtime.user_errors import UserError
 
 
 class CardError(UserError, ValueError):
     """A `model.json` that is missing, unreadable or breaks the contract: one line for the user."""
+
+
+CARD_LIMIT = 16 * 2**20
+"""The largest `model.json` read (bytes): cards are tens of kilobytes."""
 
 
 def _describe(error: OSError | ValueError) -> str:
@@ -330,7 +334,7 @@ def read_card(directory: Path) -> ModelCard:
     """Read and validate `directory/model.json`; raises `CardError`."""
     path = Path(directory) / CARD_FILE
     try:
-        return ModelCard.model_validate_json(path.read_bytes())
+        return ModelCard.model_validate_json(read_regular(path, CARD_LIMIT))
     except (OSError, ValueError) as error:
         raise CardError(f"{path}: {_describe(error)}") from error
 

@@ -27,7 +27,8 @@ import numpy.typing as npt
 
 from runtime.budget_guard import GuardAction, GuardDecision
 from runtime.context import EpisodeContext, sample_action
-from runtime.files import COST_CRITIC_FILE
+from runtime.files import COST_CRITIC_FILE, check_regular
+from runtime.user_errors import UserError, one_line
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -42,8 +43,12 @@ _CANDIDATE_SEED = 20230601
 """Fixes the offsets and the spread once, for every model (any seed would do)."""
 
 
-class CostCriticLoadError(Exception):
-    """A cost critic graph that does not honour the contract above."""
+class CostCriticLoadError(UserError):
+    """A cost critic graph that does not honour the contract above: one line, whatever
+    onnxruntime's message spans."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
 
 
 @functools.cache
@@ -95,6 +100,10 @@ class CostCritic:
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
         try:
+            check_regular(path)  # a FIFO or a device would hold onnxruntime for good
+        except OSError as error:
+            raise CostCriticLoadError(f"{path}: {error.strerror}") from error
+        try:
             session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         except Exception as error:  # onnxruntime raises its own types, all mean "broken file"
             raise CostCriticLoadError(f"{path}: {error}") from error
@@ -110,6 +119,10 @@ class CostCritic:
                 f"{path}: graph has inputs {sorted(inputs)} and outputs {outputs}, expected "
                 f"{list(INPUT_NAMES)} and [{OUTPUT_NAME!r}]"
             )
+        for name, dim in (("observations", self.observation_dim), ("actions", self.action_dim)):
+            shape = inputs[name].shape  # [N, dim]; symbolic dims are strings
+            if len(shape) != 2 or (isinstance(shape[1], int) and shape[1] != dim):
+                raise CostCriticLoadError(f"{path}: {name} has shape {shape}, the card says {dim}")
         try:
             cost = self.predict(
                 np.zeros((2, self.observation_dim), np.float32),

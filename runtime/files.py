@@ -8,11 +8,13 @@ unwritable path or earlier work in the way stops it in one line, not after an ho
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import glob
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -32,6 +34,33 @@ COST_CRITIC_FILE = "cost_critic.onnx"
 STAGING_SINCE = time.time()
 """When this process loaded this module: a staging folder older than that, and locked by no
 one, is a killed writer's (`clear_stale_staging`)."""
+
+
+def read_regular(path: str | Path, limit: int | None = None) -> bytes:
+    """The bytes of `path`, which must be a regular file (through symlinks) of at most `limit`
+    bytes; raises `OSError` otherwise. A FIFO would block the reader for good and a device
+    (`/dev/zero`) never end, so neither is read: a model folder is written by others."""
+    with open(path, "rb", opener=_open_nonblocking) as file:  # a FIFO opens without a writer
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if limit is None:
+            return file.read()
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
+    return data
+
+
+def check_regular(path: str | Path) -> None:
+    """Raise `OSError` unless `path` is a regular file (through symlinks): for readers that
+    open it themselves (onnxruntime), which a FIFO or a device would block or never let go."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+
+
+def _open_nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NONBLOCK)
 
 
 def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,8 @@ from runtime.card import CardError, ModelCard
 from runtime.card import read_card as read_model_card
 from runtime.context import WINDOW_NAMES
 from runtime.cost_critic import CostCritic, CostCriticLoadError
-from runtime.files import CARD_FILE, COST_CRITIC_FILE, ONNX_FILE
+from runtime.files import CARD_FILE, COST_CRITIC_FILE, ONNX_FILE, check_regular, read_regular
+from runtime.user_errors import UserError, one_line
 
 OUTPUT_NAMES = ("action_mean", "action_log_std")
 INPUT_TYPES = {
@@ -37,8 +39,12 @@ OUTPUT_TYPES = dict.fromkeys(OUTPUT_NAMES, "tensor(float)")
 assert tuple(INPUT_TYPES) == WINDOW_NAMES, "the contract's input order is runtime.context's"
 
 
-class PolicyLoadError(Exception):
-    """A model directory that does not honour docs/ARTIFACT.md."""
+class PolicyLoadError(UserError):
+    """A model directory that does not honour docs/ARTIFACT.md: one line (the reload's reason,
+    a command's error), whatever onnxruntime's message spans."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
 
 
 def read_card(directory: Path) -> ModelCard:
@@ -50,11 +56,12 @@ def read_card(directory: Path) -> ModelCard:
 
 
 def fingerprint(directory: Path) -> str:
-    """sha256 over the card and the graphs, to notice files changed without a version bump."""
+    """sha256 over the card and the graphs, to notice files changed without a version bump;
+    raises `OSError` for a file that is not a regular one (a FIFO, a device: `read_regular`)."""
     digest = hashlib.sha256()
     for name in (CARD_FILE, ONNX_FILE, COST_CRITIC_FILE):
-        if name != COST_CRITIC_FILE or (directory / name).is_file():
-            digest.update((directory / name).read_bytes())
+        if name != COST_CRITIC_FILE or os.path.lexists(directory / name):
+            digest.update(read_regular(directory / name))
     return digest.hexdigest()
 
 
@@ -80,6 +87,10 @@ class Policy:
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
+        try:
+            check_regular(directory / ONNX_FILE)
+        except OSError as error:  # a FIFO or a device would hold onnxruntime for good
+            raise PolicyLoadError(f"{directory / ONNX_FILE}: {error.strerror}") from error
         try:
             session = ort.InferenceSession(
                 str(directory / ONNX_FILE), options, providers=["CPUExecutionProvider"]
@@ -123,6 +134,9 @@ class Policy:
         mean, log_std = self.predict(self.empty_windows())
         if mean.shape != (1, card.action_dim) or log_std.shape != (1, card.action_dim):
             raise PolicyLoadError(f"outputs have shapes {mean.shape}, {log_std.shape}")
+        if not (np.isfinite(mean).all() and np.isfinite(log_std).all()):
+            answered = f"{mean.tolist()}, {log_std.tolist()}"
+            raise PolicyLoadError(f"outputs {answered} for an empty window: not finite")
 
     def empty_windows(self) -> dict[str, npt.NDArray[Any]]:
         """A batch of one all-padding window but the newest position (zeros)."""

@@ -58,6 +58,22 @@ def describe_refused(failures: list[ReloadFailure]) -> str:
     return f"{len(failures)} model folder(s) refused: {', '.join(f.path for f in failures)}"
 
 
+def model_folders(models_dir: Path) -> list[Path]:
+    """The folders of `models_dir` holding a `model.json` entry, by name: a broken one too (a
+    dangling or looping link, a folder in its place), to be refused while the old version serves
+    on; a folder whose card is gone is a removed model. (An export stages its files two levels
+    down, `runtime.files.staged_files`: never seen here; nor are hidden folders.)"""
+    try:
+        entries = sorted(models_dir.iterdir())
+    except OSError:  # a missing or unreadable repository serves nothing
+        return []
+    return [
+        path
+        for path in entries
+        if not path.name.startswith(".") and path.is_dir() and os.path.lexists(path / CARD_FILE)
+    ]
+
+
 class ModelRepository:
     """All policies under `models_dir`, served by card `name`, with versions kept for pinning."""
 
@@ -132,7 +148,7 @@ class ModelRepository:
             result = ReloadResult(loaded=[], unchanged=[], removed=[], failed=[])
             current: dict[str, Policy] = {}
             seen: dict[str, Path] = {}
-            directories = [path.parent for path in sorted(self.models_dir.glob(f"*/{CARD_FILE}"))]
+            directories = model_folders(self.models_dir)
             for directory in directories:
                 policy = self._load_one(directory, seen, result)
                 if policy is not None:
