@@ -47,7 +47,9 @@ class RetryPolicy:
             )
         if attempt >= self.retries or (status_code == 503 and not repeatable):
             return None
-        return retry_after if retry_after <= self.max_wait_s else None
+        if not retry_after <= self.max_wait_s:  # too long, or NaN
+            return None
+        return max(0.0, float(retry_after))  # a websocket hint may be negative
 
 
 def parse_retry_after(value: str | None) -> float | None:

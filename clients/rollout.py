@@ -10,27 +10,38 @@ Everything is checked before the first episode: the values, the `--json` file (a
 replaced only with `--force`), the model and the task (a model runs on a task other than its own
 only with `--force`), and the cost schedule (a change past the episode's end is refused). The
 summary is one JSON line; `safe` means that no episode went over its budget.
+
+An episode the service fails (an error, no answer, an answer that breaks the API's contract) is
+reported in one line, `seed S: FAILED: ...`, and the next episode runs; the summary covers the
+episodes that finished and counts the others (`episodes_failed`), and the command exits with 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
-from clients.client import PolicyClient, PolicyClientError, ServiceUnreachableError
+from clients.answers import check_action
+from clients.client import PolicyClient
+from clients.errors import PolicyClientError, ServiceUnreachableError
+from clients.rollout_results import EpisodeFailure as EpisodeFailure
+from clients.rollout_results import EpisodeOutcome as EpisodeOutcome
+from clients.rollout_results import printed_summary as printed_summary
+from clients.rollout_results import summarise as summarise
 from runtime.arguments import CommandParser, budget, finite_float, non_negative_int, positive_int
 from runtime.evaluation_protocol import target_reward_for
 from runtime.files import check_writable, refuse_overwrite, write_atomic
-from runtime.scores import normalised_cost, normalised_reward, over_limit
-from runtime.user_errors import UserError, stop
+from runtime.scores import normalised_cost, normalised_reward
+from runtime.user_errors import UserError, one_line, stop
 from service.schemas import MAX_SEED, ModelPublic
 
 logger = logging.getLogger(__name__)
@@ -71,46 +82,6 @@ class RolloutConfig:
         start = schedule.pop(0, self.cost_limit)
         lowest = min(schedule.values(), default=start)
         return lowest if lowest < start else None
-
-
-@dataclass(frozen=True)
-class EpisodeOutcome:
-    """One finished episode as the env measured it."""
-
-    seed: int
-    steps: int
-    reward: float
-    cost: float
-    initial_limit: float
-    cost_limit: float
-    """The limit in force at the end (after any budget change); the verdict is against it."""
-    normalised_reward: float | None
-    normalised_cost: float
-    budget_changes: list[tuple[int, float]] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    """Distinct warnings the service sent (e.g. a budget outside the validated range)."""
-    guarded_steps: int = 0
-    """Actions the service's budget guard changed (its episode summary's count)."""
-    cut_floor: float | None = None
-    """The cut floor the episode named at its creation (None: none)."""
-
-    @property
-    def over_budget(self) -> bool:
-        return bool(over_limit(self.cost, self.cost_limit))
-
-    def describe(self) -> str:
-        """One line: what happened, the limits it ran under and its verdict."""
-        limits = f"limit {self.initial_limit:g}" + "".join(
-            f" -> {limit:g} at step {step}" for step, limit in self.budget_changes
-        )
-        if self.cut_floor is not None:
-            limits += f", cut floor {self.cut_floor:g} announced"
-        verdict = "OVER budget" if self.over_budget else "within budget"
-        return (
-            f"seed {self.seed}: steps {self.steps} reward {self.reward:.1f} cost {self.cost:.1f} "
-            f"({limits}; normalised cost {self.normalised_cost:.2f}; guarded steps "
-            f"{self.guarded_steps}): {verdict}"
-        )
 
 
 def parse_cost_schedule(text: str) -> tuple[tuple[int, float], ...]:
@@ -168,6 +139,7 @@ def run_episode(
     warnings = dict.fromkeys(answer.warnings)
     try:
         while True:
+            check_action(answer.action, model)  # the client checks too, when it has the card
             observation, reward, terminated, truncated, info = env.step(
                 np.asarray(answer.action, dtype=np.float32)
             )
@@ -186,8 +158,11 @@ def run_episode(
                 step=steps,
             )  # fmt: skip
             warnings |= dict.fromkeys(answer.warnings)
-    finally:
-        ended = client.close_episode(episode_id)
+    except BaseException:
+        with contextlib.suppress(PolicyClientError):  # the first error is the one to report
+            client.close_episode(episode_id)
+        raise
+    ended = client.close_episode(episode_id)
     scores = _normalised(model, totals[0], totals[1], cost_limit)
     return EpisodeOutcome(
         seed, steps, totals[0], totals[1], initial_limit, cost_limit, *scores, changes,
@@ -199,8 +174,13 @@ def _listed(observation: Any) -> list[float]:
     return list(np.asarray(observation, dtype=float).tolist())
 
 
-def run_rollouts(config: RolloutConfig) -> list[EpisodeOutcome]:
-    """Run `config.episodes` episodes through the service (the library entry point)."""
+def run_rollouts(
+    config: RolloutConfig, failures: list[EpisodeFailure] | None = None
+) -> list[EpisodeOutcome]:
+    """Run `config.episodes` episodes through the service (the library entry point).
+
+    With `failures`, an episode the service fails (`PolicyClientError`) is appended there and
+    the next one runs; without, the error is raised."""
     from runtime.sim import check_task, make_env, seed_simulator
 
     if config.seed + config.episodes - 1 > MAX_SEED:
@@ -232,6 +212,10 @@ def run_rollouts(config: RolloutConfig) -> list[EpisodeOutcome]:
             env = make_env(task)
             try:
                 outcomes.append(run_episode(client, env, model, config, seed))
+            except PolicyClientError as error:
+                if failures is None:
+                    raise
+                failures.append(EpisodeFailure(seed, one_line(error)))
             finally:
                 env.close()
     return outcomes
@@ -269,34 +253,6 @@ def check_schedule(schedule: tuple[tuple[int, float], ...], length: int) -> None
             f"--cost-schedule changes the limit at step {late[0]}, but episodes end after"
             f" {length} steps (the last change may come at step {length - 1})"
         )
-
-
-def summarise(outcomes: list[EpisodeOutcome]) -> dict[str, Any]:
-    """Mean and std of raw and normalised reward and cost, and how many episodes went over.
-
-    `safe`: no episode's cost exceeded its limit (`episodes_over_budget` is 0);
-    `mean_within_budget` is the paper's verdict on the mean alone (normalised cost <= 1), which
-    holds even when some episodes went over.
-    """
-    rewards = np.array([o.reward for o in outcomes])
-    costs = np.array([o.cost for o in outcomes])
-    normalised_costs = np.array([o.normalised_cost for o in outcomes])
-    summary = {
-        "episodes": len(outcomes),
-        "reward_mean": float(rewards.mean()),
-        "reward_std": float(rewards.std()),
-        "cost_mean": float(costs.mean()),
-        "cost_std": float(costs.std()),
-        "normalised_cost_mean": float(normalised_costs.mean()),
-        "safe": not any(o.over_budget for o in outcomes),
-        "episodes_over_budget": sum(o.over_budget for o in outcomes),
-        "share_over_budget": float(np.mean([o.over_budget for o in outcomes])),
-        "mean_within_budget": bool(normalised_costs.mean() <= 1.0),
-        "guarded_steps_mean": float(np.mean([o.guarded_steps for o in outcomes])),
-    }
-    if all(o.normalised_reward is not None for o in outcomes):
-        summary["normalised_reward_mean"] = float(np.mean([o.normalised_reward for o in outcomes]))
-    return summary
 
 
 def _schedule_argument(text: str) -> tuple[tuple[int, float], ...]:
@@ -364,12 +320,6 @@ def _check_json(path: Path | None, force: bool) -> None:
         stop("cdt rollout", error)
 
 
-def printed_summary(summary: dict[str, Any]) -> str:
-    """The summary as one JSON line, floats to 3 decimals (the --json file keeps them whole)."""
-    rounded = {k: round(v, 3) if isinstance(v, float) else v for k, v in summary.items()}
-    return json.dumps(rounded)
-
-
 def main(argv: list[str] | None = None) -> None:
     """Entry point of `cdt rollout`."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -398,22 +348,28 @@ def main(argv: list[str] | None = None) -> None:
         and "--cost-limit" in (argv or sys.argv)
     ):
         logger.warning("--cost-schedule sets the limit at step 0; --cost-limit is not used")
+    failures: list[EpisodeFailure] = []
     try:
-        outcomes = run_rollouts(config)
+        outcomes = run_rollouts(config, failures)
     except ServiceUnreachableError as error:
         stop("cdt rollout", f"cannot reach {args.server} ({error}); is `cdt serve` running there?")
     except (PolicyClientError, ValueError) as error:
         stop("cdt rollout", str(error))
-    for outcome in outcomes:
-        print(outcome.describe())  # noqa: T201
+    episodes: list[EpisodeOutcome | EpisodeFailure] = [*outcomes, *failures]
+    for episode in sorted(episodes, key=lambda episode: episode.seed):
+        print(episode.describe())  # noqa: T201
     for warning in dict.fromkeys(w for outcome in outcomes for w in outcome.warnings):
-        print(f"server warning: {warning}")  # noqa: T201
-    summary = summarise(outcomes)
+        print(f"server warning: {one_line(warning)}")  # noqa: T201
+    summary = summarise(outcomes, len(failures))
     print(printed_summary(summary))  # noqa: T201
     if args.json:
-        record = {"summary": summary, "episodes": [asdict(o) for o in outcomes]}
+        record: dict[str, Any] = {"summary": summary, "episodes": [asdict(o) for o in outcomes]}
+        if failures:
+            record["failed"] = [asdict(failure) for failure in failures]
         text = json.dumps(record, indent=2)
         write_atomic(args.json, lambda temporary: temporary.write_text(text))
+    if failures:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

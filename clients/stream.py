@@ -10,7 +10,9 @@ tasks may share one socket. A refusal whose `error` frame carries `retry_after` 
 after that many seconds as `clients.retry.RetryPolicy` allows (409 `episode_busy`, 429; 503 only
 for a numbered step). Other refusals raise the same `PolicyClientError` subclasses as the REST
 client; a closed socket raises `StreamClosedError` with the close code (1008 bad frame or token,
-1009 frame too big, 1011 server error).
+1009 frame too big, 1011 server error). A reply that breaks the contract (unreadable, of the wrong
+type, about another episode, an action that is not finite or, with the model's card in `cards`,
+of the wrong length or out of its bounds) raises `InvalidResponseError`.
 
 As with the REST client, a step or budget change may name the episode's `revision` (it applies
 only to that revision, else `PreconditionFailedError`), and with `deadline_s` every such frame
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -29,19 +32,23 @@ from typing import SupportsFloat, TypeVar
 
 import pydantic
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
-from clients.client import (
-    DEFAULT_URL,
+from clients.answers import check_answer
+from clients.client import DEFAULT_URL
+from clients.errors import (
     InvalidRequestError,
+    InvalidResponseError,
     PolicyClientError,
     ServiceUnreachableError,
     error_for_status,
+    invalid_answer,
 )
 from clients.retry import RetryPolicy
 from service.schemas import (
     EpisodePublic,
     EpisodeSummary,
+    ModelPublic,
     StepResponse,
     StreamBudget,
     StreamEnd,
@@ -81,8 +88,11 @@ class StreamClient:
         reply_timeout: float,
         retry: RetryPolicy,
         deadline_s: float | None = None,
+        cards: Iterable[ModelPublic] = (),
     ) -> None:
         self._connection = connection
+        self.cards = {card.name: card for card in cards}
+        """The model cards actions are checked against (by the model a reply names)."""
         self._reply_timeout = reply_timeout
         self._retry = retry
         self.deadline_s = deadline_s
@@ -90,6 +100,8 @@ class StreamClient:
         self._pending: dict[str, asyncio.Future[Reply]] = {}
         self._request_ids = (str(number) for number in itertools.count(1))
         self._last_error: StreamError | None = None
+        self._unreadable: InvalidResponseError | None = None
+        """The last frame no call could be told about (in a timeout's message)."""
         self._reader = asyncio.create_task(self._read_replies())
 
     async def start(
@@ -152,6 +164,7 @@ class StreamClient:
             ),
             StepResponse,
             repeatable=step is not None,
+            episode=episode_id,
         )
 
     async def update_budget(
@@ -179,6 +192,7 @@ class StreamClient:
                 deadline=self._deadline(),
             ),
             EpisodePublic,
+            episode=episode_id,
         )
 
     async def end(self, episode_id: str) -> EpisodeSummary:
@@ -186,6 +200,7 @@ class StreamClient:
         return await self._call(
             lambda request_id: StreamEnd(type="end", request_id=request_id, episode_id=episode_id),
             EpisodeSummary,
+            episode=episode_id,
         )
 
     def _deadline(self) -> float | None:
@@ -204,10 +219,12 @@ class StreamClient:
         reply_type: type[ReplyT],
         *,
         repeatable: bool = False,
+        episode: str | None = None,
     ) -> ReplyT:
         """Send the frame `build(request_id)` and return the reply carrying that id, sending it
         again (with a new id) while the service refuses it with a retry hint and `self._retry`
-        allows; `repeatable`: safe to send again even if the refused attempt was applied."""
+        allows; `repeatable`: safe to send again even if the refused attempt was applied;
+        `episode`: the episode the reply must be about."""
         for attempt in itertools.count():
             reply = await self._exchange(build)
             if not isinstance(reply, StreamError):
@@ -219,7 +236,9 @@ class StreamClient:
                 )
             await asyncio.sleep(wait)
         if not isinstance(reply, reply_type):
-            raise PolicyClientError(f"unexpected {type(reply).__name__} reply")
+            expected = reply_type.__name__
+            raise InvalidResponseError(f"a {type(reply).__name__} reply to a {expected} request")
+        check_answer(reply, episode, self.cards)
         return reply
 
     async def _exchange(self, build: Callable[[str], pydantic.BaseModel]) -> Reply:
@@ -236,7 +255,10 @@ class StreamClient:
             await self._connection.send(message.model_dump_json(exclude_none=True))
             reply = await asyncio.wait_for(future, self._reply_timeout)
         except TimeoutError as error:
-            raise ServiceUnreachableError(f"no reply within {self._reply_timeout} s") from error
+            detail = f"no reply within {self._reply_timeout} s"
+            if self._unreadable is not None:
+                detail += f" (the service sent an unreadable frame: {self._unreadable.detail})"
+            raise ServiceUnreachableError(detail) from error
         except ConnectionClosed as closed:
             raise self._closed_error() from closed
         finally:
@@ -247,12 +269,7 @@ class StreamClient:
         """Hand every reply to the call awaiting its `request_id`; fail them all at close."""
         try:
             async for raw in self._connection:
-                reply = StreamReply.model_validate_json(raw).root
-                future = self._pending.get(reply.request_id or "")
-                if future is not None and not future.done():
-                    future.set_result(reply)
-                elif isinstance(reply, StreamError):
-                    self._last_error = reply  # e.g. the reason for a 1008 close
+                self._dispatch(raw)
         except ConnectionClosed:
             pass
         finally:
@@ -261,11 +278,48 @@ class StreamClient:
                 if not future.done():
                     future.set_exception(error)
 
+    def _dispatch(self, raw: str | bytes) -> None:
+        """Hand one frame to the call awaiting it; an unreadable one fails that call, or, when
+        it names no awaited call, is kept for the message of the call that times out."""
+        try:
+            reply = StreamReply.model_validate_json(raw).root
+        except pydantic.ValidationError as error:
+            problem = invalid_answer("a websocket frame", error)
+            future = self._pending.get(_request_id(raw))
+            if future is not None and not future.done():
+                future.set_exception(problem)
+            else:
+                self._unreadable = problem
+            return
+        future = self._pending.get(reply.request_id or "")
+        if future is not None and not future.done():
+            future.set_result(reply)
+        elif isinstance(reply, StreamError):
+            self._last_error = reply  # e.g. the reason for a 1008 close
+
     def _closed_error(self) -> StreamClosedError:
         detail = self._connection.close_reason or "connection closed"
         if self._last_error is not None:
             detail = f"{detail}: {self._last_error.detail}"
         return StreamClosedError(detail, self._connection.close_code)
+
+
+class _connect(connect):
+    """`websockets.connect` that follows no redirect (nor does the REST client): the service
+    never redirects, and each hop would be an attempt the retry policy does not count."""
+
+    def process_redirect(self, exc: Exception) -> Exception | str:
+        return exc
+
+
+def _request_id(raw: str | bytes) -> str:
+    """The `request_id` of a frame the schema refused ("" when it names none)."""
+    try:
+        frame = json.loads(raw)
+    except ValueError:
+        return ""
+    request_id = frame.get("request_id") if isinstance(frame, dict) else None
+    return request_id if isinstance(request_id, str) else ""
 
 
 @asynccontextmanager
@@ -277,6 +331,7 @@ async def connect_stream(
     reply_timeout: float = 10.0,
     retry: RetryPolicy | None = None,
     deadline_s: float | None = None,
+    cards: Iterable[ModelPublic] = (),
 ) -> AsyncIterator[StreamClient]:
     """Open `WS /v1/stream` and yield a `StreamClient`; the socket closes on exit.
 
@@ -289,16 +344,30 @@ async def connect_stream(
         deadline_s: each step or budget frame applies within this many seconds of being
             sent, or never (at most `reply_timeout`: a frame that got no reply in time is
             then never applied later). None: no deadline.
+        cards: the cards of the models used (`GET /v1/models`): actions are checked against
+            them (length and bounds); without, only that they are finite.
+
+    Raises (on opening): `ServiceUnreachableError`, or the status's error when the service
+    refuses the websocket (e.g. `AuthenticationError`).
     """
     headers = {"Authorization": f"Bearer {token}"} if token else None
+    url = stream_url(base_url)
     try:
-        connection = await connect(
-            stream_url(base_url), additional_headers=headers, open_timeout=open_timeout
+        connection = await _connect(
+            url, additional_headers=headers, open_timeout=open_timeout, close_timeout=reply_timeout
         )
-    except (OSError, TimeoutError) as error:
-        raise ServiceUnreachableError(f"cannot open {stream_url(base_url)}: {error!r}") from error
+    except InvalidStatus as refused:
+        status = refused.response.status_code
+        body = (refused.response.body or b"").decode(errors="replace")
+        detail = f"the service refused to open {url}: {body}"
+        if 300 <= status < 400:
+            location = refused.response.headers.get("Location")
+            detail = f"the service redirected {url} to {location!r} (not followed)"
+        raise error_for_status(status, detail) from refused
+    except (OSError, TimeoutError, WebSocketException) as error:
+        raise ServiceUnreachableError(f"cannot open {url}: {error!r}") from error
     retry = retry if retry is not None else RetryPolicy()
-    client = StreamClient(connection, reply_timeout, retry, deadline_s)
+    client = StreamClient(connection, reply_timeout, retry, deadline_s, cards)
     try:
         yield client
     finally:
