@@ -38,7 +38,7 @@ import traceback
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import h5py
 import numpy as np
@@ -46,6 +46,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the repo
 import cdt_cli
 import training.data.cli  # noqa: F401  (loaded once, before the children fork)
+from bench.fuzz_cases import Case, Result, violation_lines
 from training.data.dataset import (
     FLAG_KEYS,
     FLOAT_KEYS,
@@ -66,21 +67,6 @@ TRAIN_ARGS = (
 DATASET_COMMANDS = ("inspect", "reduce", "filter", "add-outliers", "expand", "compact")
 Arrays = dict[str, Any]
 Attrs = dict[str, Any]
-
-
-class Result(NamedTuple):
-    """What one command did with one file: `ok`, `refused` (one line) or `violation`."""
-
-    command: str
-    outcome: str
-    detail: str
-
-
-class Case(NamedTuple):
-    index: int
-    kind: str
-    variant: str
-    results: list[Result]
 
 
 # ---------------------------------------------------------------- corruptions
@@ -551,7 +537,7 @@ def run_case(
     path = work / "data.hdf5"
     kind, variant = make_case(source, seed, index, path)
     results = check_isolated(path, work)
-    loaded = any(r.command == "load_dataset" and r.outcome != "refused" for r in results)
+    loaded = any(r.check == "load_dataset" and r.outcome != "refused" for r in results)
     if train == "all" or (train == "loaded" and loaded):
         results.append(check_train(path, work))
     return Case(index, kind, variant, results)
@@ -561,7 +547,7 @@ def run_case(
 
 
 def _loader_outcomes(cases: list[Case]) -> Counter[str]:
-    return Counter(r.outcome for case in cases for r in case.results if r.command == "load_dataset")
+    return Counter(r.outcome for case in cases for r in case.results if r.check == "load_dataset")
 
 
 def format_summary(cases: list[Case], seed: int, source: Path, train: str) -> str:
@@ -577,21 +563,19 @@ def format_summary(cases: list[Case], seed: int, source: Path, train: str) -> st
             bad = sum(any(r.outcome == "violation" for r in case.results) for case in chosen)
             counts = f"{len(chosen):>6}{loader['ok']:>8}{loader['refused']:>9}{bad:>12}"
             lines.append(f"{kind:<20}{counts}")
-    outcomes = Counter((r.command, r.outcome) for case in cases for r in case.results)
+    outcomes = Counter((r.check, r.outcome) for case in cases for r in case.results)
     lines += ["", f"{'command':<16}{'ok':>6}{'refused':>9}{'violation':>11}"]
     for command in dict.fromkeys(command for command, _ in outcomes):
         ok, refused = outcomes[(command, "ok")], outcomes[(command, "refused")]
         lines.append(f"{command:<16}{ok:>6}{refused:>9}{outcomes[(command, 'violation')]:>11}")
-    violations = [(case, r) for case in cases for r in case.results if r.outcome == "violation"]
-    lines += ["", f"violations: {len(violations)}"]
-    for case, result in violations:
-        detail = " ".join(result.detail.split())[:240]
-        where = f"case {case.index} [{case.kind}: {case.variant}] {result.command}"
-        lines.append(f"  {where}: {detail}")
-        lines.append(
-            f"    reproduce: python bench/fuzz_datasets.py --seed {seed} --case {case.index} "
+    lines += violation_lines(
+        cases,
+        lambda case: (
+            f"python bench/fuzz_datasets.py --seed {seed} --case {case.index} "
             f"--train {train} --keep /tmp/fuzz-case"
-        )
+        ),
+        width=240,
+    )
     return "\n".join(lines)
 
 

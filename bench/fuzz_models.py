@@ -47,13 +47,14 @@ import traceback
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere in the repo
 from fastapi.testclient import TestClient
 
+from bench.fuzz_cases import Case, Result, violation_lines
 from runtime.card import read_card
 from runtime.context import sample_action
 from runtime.cost_critic import CostCritic, CostCriticLoadError
@@ -72,19 +73,6 @@ STEPS = 3
 USER_ERRORS = (UserError, PolicyLoadError, CostCriticLoadError)
 
 Card = dict[str, Any]
-
-
-class Result(NamedTuple):
-    check: str
-    outcome: str  # "ok", "refused" or "violation"
-    detail: str
-
-
-class Case(NamedTuple):
-    index: int
-    kind: str
-    variant: str
-    results: list[Result]
 
 
 # ---------------------------------------------------------------- corruptions
@@ -623,15 +611,13 @@ def format_summary(cases: list[Case], seed: int, source: Path) -> str:
         bad = sum(any(r.outcome == "violation" for r in case.results) for case in chosen)
         counts = f"{len(chosen):>6}{reload['ok']:>8}{reload['refused']:>9}{reload['removed']:>9}"
         lines.append(f"{kind:<30}{counts}{policy['ok']:>11}{policy['refused']:>16}{bad:>12}")
-    violations = [(case, r) for case in cases for r in case.results if r.outcome == "violation"]
-    lines += ["", f"violations: {len(violations)}"]
-    for case, result in violations:
-        detail = " ".join(result.detail.split())[:300]
-        lines.append(f"  case {case.index} [{case.kind}: {case.variant}] {result.check}: {detail}")
-        lines.append(
-            f"    reproduce: CDT_LEDGER=off python bench/fuzz_models.py --seed {seed} "
+    lines += violation_lines(
+        cases,
+        lambda case: (
+            f"CDT_LEDGER=off python bench/fuzz_models.py --seed {seed} "
             f"--case {case.index} --source {source} --keep /tmp/fuzz-models"
-        )
+        ),
+    )
     return "\n".join(lines)
 
 

@@ -27,8 +27,8 @@ def test_one_case_of_every_kind_keeps_the_invariant(source, tmp_path: Path) -> N
     by_kind = {case.kind: case for case in cases}
     for kind in ("missing key", "not HDF5", "NaN/inf", "negative costs"):
         loader = by_kind[kind].results[0]
-        assert (loader.command, loader.outcome) == ("load_dataset", "refused"), loader
-    assert {r.command for r in by_kind["extra key"].results} == {
+        assert (loader.check, loader.outcome) == ("load_dataset", "refused"), loader
+    assert {r.check for r in by_kind["extra key"].results} == {
         "load_dataset",
         "read_task",
         *fuzz.DATASET_COMMANDS,
