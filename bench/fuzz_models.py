@@ -142,26 +142,23 @@ def _wrong_type(rng, card, other):
     return f"{field} = {value!r}"
 
 
-def _non_finite(rng, card, other):
-    value = _pick(rng, [math.nan, math.inf, -math.inf])
-    if rng.random() < 0.4:
-        field = _pick(rng, NUMBERS)
-        card[field] = value
-        return f"{field} = {value}"
-    path = _pick(rng, NESTED)
-    set_ = _set_nested(card, path, value)
-    return f"{'.'.join(map(str, path))} = {value}" + ("" if set_ else " (no such field)")
-
-
-def _huge_negative(rng, card, other):
-    value = _pick(rng, HUGE)
-    if rng.random() < 0.5:
+def _set_somewhere(rng, card, value, top_share: float) -> str:
+    """Set `value` on a top-level number field (with probability `top_share`) or a nested one."""
+    if rng.random() < top_share:
         field = _pick(rng, NUMBERS)
         card[field] = value
         return f"{field} = {value!r}"
     path = _pick(rng, NESTED)
     set_ = _set_nested(card, path, value)
     return f"{'.'.join(map(str, path))} = {value!r}" + ("" if set_ else " (no such field)")
+
+
+def _non_finite(rng, card, other):
+    return _set_somewhere(rng, card, _pick(rng, [math.nan, math.inf, -math.inf]), 0.4)
+
+
+def _huge_negative(rng, card, other):
+    return _set_somewhere(rng, card, _pick(rng, HUGE), 0.5)
 
 
 def _empty_list(rng, card, other):
