@@ -3,14 +3,15 @@
     python bench/serve_latency.py                     # synthetic CDT-sized graph (needs `onnx`)
     python bench/serve_latency.py --model-dir models/cdt-carrun-paper
 
-Starts a real uvicorn server (`service.main:create_app --factory`) on 127.0.0.1 in a subprocess,
-drives it over websocket (`websockets`) and REST (a minimal keep-alive HTTP/1.1 client, so the
-load generator's own CPU use stays small on a 2-core machine) at 1 and 64 concurrent episodes,
-and prints p50/p99 per-step latency and steps/s. Every loop is bounded; the server is stopped at
-the end. The load generator shares the cores with the server: figures are end-to-end.
+Starts the service as `cdt serve` runs it (`bench/local_server.py`: its HTTP and websocket guards
+included) on 127.0.0.1 in a subprocess, drives it over websocket (`websockets`) and REST (a
+minimal keep-alive HTTP/1.1 client, so the load generator's own CPU use stays small on a 2-core
+machine) at 1 and 64 concurrent episodes, and prints p50/p99 per-step latency and steps/s.
+Every loop is bounded; the server is stopped at the end. The load generator shares the cores
+with the server: figures are end-to-end.
 
 It also measures the transport floor: the same websocket client against `echo_app`, a bare ASGI
-echo under the same uvicorn, so no model and no service code. Echo p50 + raw p50 is the least a
+echo under plain uvicorn, so no model and no service code. Echo p50 + raw p50 is the least a
 served step can cost here, and the report prints it next to the 2.5x goal (issue 13).
 """
 

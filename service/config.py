@@ -75,9 +75,8 @@ class Settings(BaseSettings):
     With no token configured at all, /v1/admin/* is open like the rest (local use)."""
     intra_op_threads: PositiveInt = 1
     """onnxruntime threads per forward pass. 1 on purpose: concurrent episodes already run
-    their forward passes in parallel threads (onnxruntime releases the GIL). Measured on the
-    2-core CPU with a CDT-sized graph: 2 threads gave a worse p50 (0.63-0.72 vs 0.61 ms) and
-    about half the calls/s (spinning pool threads compete with the other requests)."""
+    their forward passes in parallel threads (onnxruntime releases the GIL); 2 threads served
+    about 20 % fewer steps/s at 64 episodes (docs/serving.md#settings has the figures)."""
     inter_op_threads: PositiveInt = 1
     """onnxruntime threads across independent graph branches (sequential executor: 1)."""
     batch_max_size: PositiveInt = 32
