@@ -11,17 +11,11 @@ import httpx
 import pydantic
 
 from clients.retry import parse_retry_after
+from runtime.user_errors import one_line
 from service.schemas import ErrorResponse
 
 MAX_DETAIL = 500
 """Characters of a server's detail kept in an error's message."""
-
-
-def one_line(text: str, limit: int = MAX_DETAIL) -> str:
-    """`text` on one line (control characters and runs of whitespace become one space), cut to
-    `limit` characters."""
-    flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 class PolicyClientError(Exception):
@@ -112,7 +106,7 @@ def error_for_status(
     """The `PolicyClientError` subclass for an HTTP status (also used for websocket errors)."""
     fallback = ServerError if status_code >= 500 else PolicyClientError
     error_type = _ERRORS_BY_STATUS.get(status_code, fallback)
-    detail = one_line(detail) or f"HTTP status {status_code} without detail"
+    detail = one_line(detail, MAX_DETAIL) or f"HTTP status {status_code} without detail"
     code = None if code is None else one_line(code, 100)
     field = None if field is None else one_line(field, 200)
     return error_type(
@@ -127,7 +121,7 @@ def error_from_response(response: httpx.Response) -> PolicyClientError:
     try:
         body = ErrorResponse.model_validate_json(response.content)
     except pydantic.ValidationError:
-        detail = one_line(response.text[: MAX_DETAIL * 2]) or response.reason_phrase
+        detail = one_line(response.text[: MAX_DETAIL * 2], MAX_DETAIL) or response.reason_phrase
         if 300 <= status < 400 and "Location" in response.headers:
             detail = f"redirected to {response.headers['Location']!r} (not followed)"
         return error_for_status(status, detail, retry_after=retry_after)
@@ -137,10 +131,10 @@ def error_from_response(response: httpx.Response) -> PolicyClientError:
 def invalid_answer(what: str, error: pydantic.ValidationError | str) -> InvalidResponseError:
     """The error for an answer that broke the contract, naming its first problem in one line."""
     if isinstance(error, str):
-        return InvalidResponseError(one_line(f"{what}: {error}"))
+        return InvalidResponseError(one_line(f"{what}: {error}", MAX_DETAIL))
     problems = error.errors()
     first = problems[0]
     where = ".".join(str(part) for part in first["loc"])
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
     text = f"{what}: {where + ': ' if where else ''}{first['msg']}{more}"
-    return InvalidResponseError(one_line(text), field=where or None)
+    return InvalidResponseError(one_line(text, MAX_DETAIL), field=where or None)

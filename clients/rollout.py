@@ -14,6 +14,9 @@ summary is one JSON line; `safe` means that no episode went over its budget.
 An episode the service fails (an error, no answer, an answer that breaks the API's contract) is
 reported in one line, `seed S: FAILED: ...`, and the next episode runs; the summary covers the
 episodes that finished and counts the others (`episodes_failed`), and the command exits with 1.
+After `MAX_UNANSWERED_IN_A_ROW` episodes in a row without an answer (refused connections,
+timeouts: a dead or frozen service), the rest are not run (`seeds A-B: NOT RUN: ...`, counted as
+failed), so that a frozen service costs a few timeouts and not one per episode.
 """
 
 from __future__ import annotations
@@ -35,9 +38,17 @@ from clients.client import PolicyClient
 from clients.errors import PolicyClientError, ServiceUnreachableError
 from clients.rollout_results import EpisodeFailure as EpisodeFailure
 from clients.rollout_results import EpisodeOutcome as EpisodeOutcome
+from clients.rollout_results import described
 from clients.rollout_results import printed_summary as printed_summary
 from clients.rollout_results import summarise as summarise
-from runtime.arguments import CommandParser, budget, finite_float, non_negative_int, positive_int
+from runtime.arguments import (
+    CommandParser,
+    budget,
+    finite_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from runtime.evaluation_protocol import target_reward_for
 from runtime.files import check_writable, refuse_overwrite, write_atomic
 from runtime.scores import normalised_cost, normalised_reward
@@ -45,6 +56,9 @@ from runtime.user_errors import UserError, one_line, stop
 from service.schemas import MAX_SEED, ModelPublic
 
 logger = logging.getLogger(__name__)
+
+MAX_UNANSWERED_IN_A_ROW = 3
+"""Episodes in a row the service does not answer before the rest are not run."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +76,7 @@ class RolloutConfig:
     deterministic: bool = False
     token: str | None = None
     timeout: float = 10.0
+    """Seconds for each request's connection and answer (`--timeout`)."""
     force: bool = False
     """Run the model on a task other than its card's (observation sizes must still match)."""
     budget_guard: bool = True
@@ -158,6 +173,8 @@ def run_episode(
                 step=steps,
             )  # fmt: skip
             warnings |= dict.fromkeys(answer.warnings)
+    except ServiceUnreachableError:
+        raise  # a service that did not answer the step will not answer the close: its TTL ends it
     except BaseException:
         with contextlib.suppress(PolicyClientError):  # the first error is the one to report
             client.close_episode(episode_id)
@@ -180,7 +197,8 @@ def run_rollouts(
     """Run `config.episodes` episodes through the service (the library entry point).
 
     With `failures`, an episode the service fails (`PolicyClientError`) is appended there and
-    the next one runs; without, the error is raised."""
+    the next one runs, unless `MAX_UNANSWERED_IN_A_ROW` episodes in a row got no answer: then
+    the rest are appended as not run. Without, the error is raised."""
     from runtime.sim import check_task, make_env, seed_simulator
 
     if config.seed + config.episodes - 1 > MAX_SEED:
@@ -201,8 +219,15 @@ def run_rollouts(
         _check_task(env, model, config.task, config.force)
         check_schedule(config.cost_schedule, episode_length(env, model))
         env.close()
-        outcomes = []
+        outcomes, unanswered = [], 0
         for index in tqdm(range(config.episodes), desc=f"rollout {config.model}", unit="episode"):
+            if failures is not None and unanswered == MAX_UNANSWERED_IN_A_ROW:
+                reason = f"the service did not answer the {unanswered} episodes before"
+                failures.extend(
+                    EpisodeFailure(config.seed + rest, reason, ran=False)
+                    for rest in range(index, config.episodes)
+                )
+                break
             # A fresh simulator per episode, seeded by the episode's own seed: Bullet-Safety-Gym's
             # drones keep state across `reset` (a reused env cost 18 where a fresh one cost 0,
             # docs/decisions/budget-guard.md), and seed s must give one episode whatever runs
@@ -212,10 +237,12 @@ def run_rollouts(
             env = make_env(task)
             try:
                 outcomes.append(run_episode(client, env, model, config, seed))
+                unanswered = 0
             except PolicyClientError as error:
                 if failures is None:
                     raise
                 failures.append(EpisodeFailure(seed, one_line(error)))
+                unanswered = unanswered + 1 if isinstance(error, ServiceUnreachableError) else 0
             finally:
                 env.close()
     return outcomes
@@ -300,6 +327,12 @@ def _parser() -> argparse.ArgumentParser:
         help="do not tell the service about a --cost-schedule's cut in advance",
     )
     parser.add_argument("--token", help="bearer token, if the service requires one")
+    parser.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=10.0,
+        help="seconds for each request's connection and answer (default: %(default)s)",
+    )
     parser.add_argument("--json", type=Path, help="write per-episode results and summary here")
     parser.add_argument(
         "--force",
@@ -336,6 +369,7 @@ def main(argv: list[str] | None = None) -> None:
         seed=args.seed,
         deterministic=args.deterministic,
         token=args.token,
+        timeout=args.timeout,
         force=args.force,
         budget_guard=args.budget_guard,
         cut_floor=args.cut_floor,
@@ -355,9 +389,8 @@ def main(argv: list[str] | None = None) -> None:
         stop("cdt rollout", f"cannot reach {args.server} ({error}); is `cdt serve` running there?")
     except (PolicyClientError, ValueError) as error:
         stop("cdt rollout", str(error))
-    episodes: list[EpisodeOutcome | EpisodeFailure] = [*outcomes, *failures]
-    for episode in sorted(episodes, key=lambda episode: episode.seed):
-        print(episode.describe())  # noqa: T201
+    for line in described([*outcomes, *failures]):
+        print(line)  # noqa: T201
     for warning in dict.fromkeys(w for outcome in outcomes for w in outcome.warnings):
         print(f"server warning: {one_line(warning)}")  # noqa: T201
     summary = summarise(outcomes, len(failures))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,13 +54,37 @@ class EpisodeOutcome:
 
 @dataclass(frozen=True)
 class EpisodeFailure:
-    """One episode the service failed: its seed and the error, in one line."""
+    """One episode the service failed, or one not run after the service stopped answering: its
+    seed and why, in one line."""
 
     seed: int
     error: str
+    ran: bool = True
 
     def describe(self) -> str:
-        return f"seed {self.seed}: FAILED: {self.error}"
+        return f"seed {self.seed}: {'FAILED' if self.ran else 'NOT RUN'}: {self.error}"
+
+
+def described(episodes: list[EpisodeOutcome | EpisodeFailure]) -> list[str]:
+    """One line per episode in seed order, but the episodes not run after the service stopped
+    answering (the last ones, for one reason) in one line: `seeds 3-99: NOT RUN: ...`."""
+    ordered = sorted(episodes, key=lambda episode: episode.seed)
+    lines: list[str] = []
+    for not_run, run in itertools.groupby(ordered, key=_not_run):
+        group = list(run)
+        if not_run and len(group) > 1:
+            lines.append(f"seeds {group[0].seed}-{group[-1].seed}: NOT RUN: {_reason(group[0])}")
+        else:
+            lines.extend(episode.describe() for episode in group)
+    return lines
+
+
+def _not_run(episode: EpisodeOutcome | EpisodeFailure) -> bool:
+    return isinstance(episode, EpisodeFailure) and not episode.ran
+
+
+def _reason(episode: EpisodeOutcome | EpisodeFailure) -> str:
+    return episode.error if isinstance(episode, EpisodeFailure) else ""
 
 
 def summarise(outcomes: list[EpisodeOutcome], failed: int = 0) -> dict[str, Any]:

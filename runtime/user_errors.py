@@ -48,9 +48,15 @@ EXTRAS: dict[str, str] = {
 }
 
 
-def one_line(error: BaseException | str) -> str:
-    """The error's message on one line (pydantic and others write several)."""
-    return " ".join(str(error).split()) or type(error).__name__
+def one_line(error: BaseException | str, limit: int | None = None) -> str:
+    """The error's message on one line (pydantic and others write several): control characters
+    and runs of whitespace become one space, the whole cut to `limit` characters; an exception
+    without a message gives its type's name."""
+    text = "".join(c if c.isprintable() else " " for c in str(error))
+    flat = " ".join(text.split())
+    if not flat and isinstance(error, BaseException):
+        flat = type(error).__name__
+    return flat if limit is None or len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def missing_extra(error: ModuleNotFoundError) -> str | None:

@@ -197,10 +197,12 @@ class _Env(ToyEnv):
 
 
 def _rollout(
-    monkeypatch: pytest.MonkeyPatch, broken: Callable[[int, httpx.Request], httpx.Response | None]
+    monkeypatch: pytest.MonkeyPatch,
+    broken: Callable[[int, httpx.Request], httpx.Response | None],
+    episodes: int = 3,
 ) -> int | str | None:
-    """`cdt rollout` of 3 episodes; `broken(episode, request)` answers instead of the server
-    when it returns a response."""
+    """`cdt rollout` of `episodes` episodes; `broken(episode, request)` answers instead of the
+    server when it returns a response (or raises what the transport would)."""
     created: list[int] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -226,7 +228,7 @@ def _rollout(
     monkeypatch.setattr("runtime.sim.seed_simulator", lambda seed: None)
     monkeypatch.setattr(rollout, "PolicyClient", client)
     with pytest.raises(SystemExit) as exited:
-        rollout.main(["--server", "http://policy", "--model", "toy", "--episodes", "3"])
+        rollout.main(["--server", "http://policy", "--model", "toy", "--episodes", str(episodes)])
     return exited.value.code
 
 
@@ -271,3 +273,27 @@ def test_rollout_whose_close_also_fails_reports_the_first_error(
     out = capsys.readouterr().out
     assert status == 1 and "seed 0: FAILED: " in out and "finite" in out.splitlines()[0]
     assert json.loads(out.splitlines()[-1])["episodes"] == 2
+
+
+def test_rollout_stops_after_three_episodes_in_a_row_without_an_answer(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    closes_after_a_timeout: list[int] = []
+
+    def broken(episode: int, request: httpx.Request) -> httpx.Response | None:
+        if episode == 1 and request.url.path.endswith("/step"):
+            return httpx.Response(500, content=b"answered, not well")  # an answer: not counted
+        if episode >= 2 and request.method == "DELETE":
+            closes_after_a_timeout.append(episode)
+        if (episode >= 2 and request.url.path != "/v1/episodes") or episode >= 4:
+            raise httpx.ReadTimeout("timed out", request=request)
+        return None
+
+    status = _rollout(monkeypatch, broken, episodes=9)
+    lines = capsys.readouterr().out.splitlines()
+    assert status == 1 and lines[0].startswith("seed 0: steps 4 ")
+    assert [line.split(": ")[1] for line in lines[1:5]] == ["FAILED"] * 4
+    assert lines[5] == "seeds 5-8: NOT RUN: the service did not answer the 3 episodes before"
+    assert closes_after_a_timeout == []  # a frozen service is not asked again to close
+    summary = json.loads(lines[-1])
+    assert (summary["episodes"], summary["episodes_failed"]) == (1, 8)

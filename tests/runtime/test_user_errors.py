@@ -7,7 +7,13 @@ import sys
 
 import pytest
 
-from runtime.user_errors import UserError, exit_on_user_errors, require, user_error_types
+from runtime.user_errors import (
+    UserError,
+    exit_on_user_errors,
+    one_line,
+    require,
+    user_error_types,
+)
 
 
 def test_user_error_types_names_an_error_only_once_its_module_is_loaded(
@@ -48,3 +54,9 @@ def test_require_names_the_extra_before_any_work(
     assert capsys.readouterr().err == (
         "cdt fake: needs matplotlib, from the [train] extra: pip install -e '.[train]'\n"
     )
+
+
+def test_one_line_flattens_control_characters_cuts_to_a_limit_and_names_a_silent_error() -> None:
+    assert one_line("a\n  b\x1b[31m\tc\u2028d") == "a b [31m c d"
+    assert one_line("x" * 20, 10) == "xxxxxxx..." and one_line("short", 10) == "short"
+    assert one_line(KeyError()) == "KeyError" and one_line("") == ""
