@@ -10,6 +10,7 @@ No torch at import: `cdt train --help` stays fast.
 from __future__ import annotations
 
 import os
+import re
 
 from runtime.arguments import Requirement
 from runtime.user_errors import UserError
@@ -89,6 +90,22 @@ def batch_problems(config: TrainConfig, dataset: OfflineDataset) -> list[str]:
         f"(at --seq-len {config.seq_len}), more than {holder} {_gigabytes(memory)} of memory; "
         "use a smaller --batch-size"
     ]
+
+
+def out_of_memory(error: BaseException, config: TrainConfig) -> UserError | None:
+    """The one-line refusal for a step that ran out of memory (torch's allocation error: a
+    batch above the `batch_problems` floor that does not fit after all), None for other errors."""
+    text = str(error)
+    if not isinstance(error, RuntimeError) or not (
+        "can't allocate memory" in text or "out of memory" in text.lower()
+    ):
+        return None
+    tried = re.search(r"tried to allocate (\d+) bytes", text)
+    failed = f" (an allocation of {_gigabytes(int(tried[1]))} failed)" if tried else ""
+    return UserError(
+        f"--batch-size {config.batch_size}: a training step ran out of {config.device} "
+        f"memory{failed}; use a smaller --batch-size"
+    )
 
 
 def check_training_data(config: TrainConfig, dataset: OfflineDataset) -> None:

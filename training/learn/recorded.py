@@ -13,6 +13,7 @@ from pathlib import Path
 from training.checkpoint import CheckpointError
 from training.data.dataset import read_task
 from training.interrupt import TrainingInterrupted
+from training.learn.checks import out_of_memory
 from training.learn.config import TrainConfig
 from training.learn.probe import BudgetIgnored
 from training.learn.state import EvaluateCheckpoint
@@ -24,7 +25,8 @@ from training.run_lock import run_folder_lock
 def train_and_record(
     config: TrainConfig, evaluate_checkpoint: EvaluateCheckpoint | None = None
 ) -> Path:
-    """`train(config, evaluate_checkpoint)`, recorded in the ledger; exceptions pass through.
+    """`train(config, evaluate_checkpoint)`, recorded in the ledger; exceptions pass through,
+    but a step out of memory becomes a one-line `UserError` naming the batch size.
 
     A `CheckpointError` (a `--resume` that cannot be read) is not recorded: no run started, nor
     is a run folder that another process is writing (`UserError`, `training.run_lock`).
@@ -53,6 +55,8 @@ def train_and_record(
                 log(f"stopped: {error}", error.step)
             elif not isinstance(error, CheckpointError):  # a --resume that cannot be read: no run
                 log(*training_ending(error))
+            if (refusal := out_of_memory(error, config)) is not None:
+                raise refusal from None
             raise
         log("done", config.update_steps)
     return path

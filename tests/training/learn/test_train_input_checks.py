@@ -14,7 +14,7 @@ import training.learn.train as train_module
 from runtime.user_errors import UserError
 from tests.training.cdt_synthetic import STATE_DIM, tiny_config, write_dataset
 from training.data.dataset import load_dataset
-from training.learn import checks
+from training.learn import checks, recorded
 from training.learn.train import prepare_training, train
 
 
@@ -96,3 +96,40 @@ def test_the_loop_caps_threads_a_resumed_run_brought_from_a_larger_machine(
     assert state.config.num_threads == 3  # the setting is kept; only this machine's use is capped
     if state.log is not None:
         state.log.close()
+
+
+CPU_ALLOCATION_FAILURE = (
+    "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+    "you tried to allocate 57600000 bytes. Error code 12 (Cannot allocate memory)"
+)
+
+
+def test_a_step_out_of_memory_is_one_line_naming_the_batch_and_other_errors_pass(
+    dataset_path: Path,
+) -> None:
+    config = tiny_config(dataset_path, Path("runs"), batch_size=400_000)
+    refusal = checks.out_of_memory(RuntimeError(CPU_ALLOCATION_FAILURE), config)
+    assert refusal is not None and "\n" not in str(refusal)
+    assert str(refusal) == (
+        "--batch-size 400000: a training step ran out of cpu memory (an allocation of 0.1 GB "
+        "failed); use a smaller --batch-size"
+    )
+    cuda = checks.out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"), config)
+    assert cuda is not None and str(cuda).startswith("--batch-size 400000: a training step ran")
+    assert (
+        checks.out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied"), config)
+        is None
+    )
+    assert checks.out_of_memory(ValueError("out of memory"), config) is None
+
+
+def test_training_out_of_memory_stops_in_one_line_and_is_in_the_ledger(
+    dataset_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, private_ledger: Path
+) -> None:
+    def allocation_fails(*args: object, **kwargs: object) -> Path:
+        raise RuntimeError(CPU_ALLOCATION_FAILURE)
+
+    monkeypatch.setattr(recorded, "train", allocation_fails)
+    with pytest.raises(UserError, match=r"^--batch-size 400000: a training step ran out of"):
+        recorded.train_and_record(tiny_config(dataset_path, tmp_path, batch_size=400_000))
+    assert "can't allocate memory" in private_ledger.read_text()  # the run's end, as it was
