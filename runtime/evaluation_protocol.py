@@ -217,6 +217,11 @@ class SelectionRule:
     """Budgets where the data's Pareto frontier barely rises above the tightest budget's
     (`flat_budgets`): there a policy that leaves the budget unspent loses almost no reward, so
     leaving it idle is no failure (DroneRun: PF(10/20/40) = 385 / 388 / 418)."""
+    max_reward_drop: float = 10.0
+    """At every budget above the tightest, in each action mode, the normalised reward may fall
+    at most this far below the tightest budget's: a policy that earns less for a looser budget
+    is broken there, however well it keeps it (a BallRun guidance weight: 36.5 at budget 10,
+    9.1 at 40)."""
 
     def safety_failures(self, row: BudgetRow) -> list[str]:
         """How the row goes over (empty: it is safe): its mean cost past the margin, or its
@@ -252,6 +257,23 @@ class SelectionRule:
             f" {row.cost_mean / row.target_cost:.3f} x budget < {self.min_budget_use:g} (idle)"
         ]
 
+    def _reward_drop_failures(self, rows: Sequence[BudgetRow]) -> list[str]:
+        """The looser budgets that earn `max_reward_drop` less than the tightest, per mode."""
+        tightest = min((row.target_cost for row in rows), default=0.0)
+        base = {r.deterministic: r.normalised_reward for r in rows if r.target_cost == tightest}
+        failures = []
+        for row in rows:
+            floor = base.get(row.deterministic)
+            if row.target_cost <= tightest or floor is None:
+                continue
+            if row.normalised_reward < floor - self.max_reward_drop:
+                failures.append(
+                    f"kappa {row.target_cost:g} {action_mode(row.deterministic)}: reward"
+                    f" {row.normalised_reward:.1f}, more than {self.max_reward_drop:g} below"
+                    f" kappa {tightest:g}'s {floor:.1f} (a looser budget earns less)"
+                )
+        return failures
+
     def _safety_failures(self, rows: Sequence[BudgetRow]) -> list[str]:
         return [failure for row in rows for failure in self._row_safety_failures(row)]
 
@@ -267,7 +289,11 @@ class SelectionRule:
         """Why the rows are not admissible (empty when they are)."""
         if not rows:
             return ["nothing measured"]
-        return self._safety_failures(rows) + self._idle_failures(rows)
+        return (
+            self._safety_failures(rows)
+            + self._idle_failures(rows)
+            + self._reward_drop_failures(rows)
+        )
 
     def safe(self, rows: Sequence[BudgetRow]) -> bool:
         """Under every budget, with the margin, at every budget and action mode evaluated."""
@@ -285,14 +311,14 @@ class SelectionRule:
         return min(loose, default=1.0)
 
     def admissible(self, rows: Sequence[BudgetRow]) -> bool:
-        """Safe everywhere and using the loose budgets it is given."""
+        """Safe everywhere, using the loose budgets it is given and earning no less for them."""
         return not self.failures(rows)
 
     def score(self, rows: Sequence[BudgetRow]) -> float:
-        """Ranks admissible > safe but idle at loose budgets > unsafe.
+        """Ranks admissible > safe but idle (or earning less) at loose budgets > unsafe.
 
-        Admissible: mean normalised reward (0-100); safe but idle: -1 + its budget use (in
-        [-1, 0)); unsafe: -1 minus the worst cost overshoot (below -1).
+        Admissible: mean normalised reward (0-100); safe but idle or earning less: -1 + its
+        budget use (in [-1, 0]); unsafe: -1 minus the worst cost overshoot (below -1).
         """
         if self.admissible(rows):
             return float(np.mean([row.normalised_reward for row in rows]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 
@@ -138,3 +139,26 @@ def test_seed_splits_never_share_a_seed() -> None:
     assert set(selection_seeds(60)) == owned["selection"] & set(range(5_000_000, 5_000_060))
     with pytest.raises(ValueError):
         split_seeds("validation", 0, 1)
+
+
+def test_a_looser_budget_that_earns_far_less_is_not_admissible() -> None:
+    def rows_earning(reward_at_40: float) -> list[EpisodeResult]:
+        spec = functools.partial(EpisodeSpec, target_reward=500.0, deterministic=True)
+        return [
+            *(EpisodeResult(spec(seed, target_cost=10.0), 220.0, 5.0, 200) for seed in range(3)),
+            *(
+                EpisodeResult(spec(seed, target_cost=40.0), reward_at_40, 26.0, 200)
+                for seed in range(3)
+            ),
+        ]
+
+    rule = SelectionRule()  # a drop of at most 10 points of the 0-600 range: 60 in reward
+    assert rule.admissible(summarise(rows_earning(161.0), (0.0, 600.0)))
+    broken = summarise(rows_earning(54.0), (0.0, 600.0))  # 36.7 at 10, 9.0 at 40 (BallRun's)
+    assert rule.safe(broken) and not rule.admissible(broken)
+    assert rule.failures(broken) == [
+        "kappa 40 mean: reward 9.0, more than 10 below kappa 10's 36.7 (a looser budget earns less)"
+    ]
+    assert (
+        -1.0 <= rule.score(broken) <= 0.0 < rule.score(summarise(rows_earning(161.0), (0.0, 600.0)))
+    )
