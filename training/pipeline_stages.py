@@ -97,13 +97,19 @@ def _has_critic(config: PipelineConfig) -> bool:
 
 
 def shield(config: PipelineConfig) -> None:
-    from training.evaluation.shield import shield_model
+    from training.evaluation.shield import MAX_SHARE_OVER, shield_model
 
     if config.smoke:
         chosen = shield_model(config.model_dir, settings=((15.0, 1.0),), episodes=1, workers=1)
     else:
         chosen = shield_model(config.model_dir)
-    if chosen.margin == 0:
+    if chosen.worst_share_over > MAX_SHARE_OVER:
+        logger.info(
+            "no shield setting keeps the budgets (%s: worst share over %.0f %%)",
+            chosen.setting,
+            100 * chosen.worst_share_over,
+        )
+    elif chosen.margin == 0:
         logger.info("the budget guard keeps its budgets without the shield: none set")
 
 

@@ -286,3 +286,28 @@ def test_pipeline_leaves_a_model_it_did_not_make_alone(
         )
     assert exit_info.value.code == 2
     assert "did not make" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("margin", "worst", "said"),
+    [(0.0, 0.0, "keeps its budgets without the shield: none set"),
+     (0.0, 1.0, "no shield setting keeps the budgets (no shield: worst share over 100 %)"),
+     (15.0, 0.5, "no shield setting keeps the budgets (margin 15, risk 1: worst share over 50 %)")],
+)  # fmt: skip
+def test_the_shield_stage_says_whether_the_budgets_are_kept(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    margin: float,
+    worst: float,
+    said: str,
+) -> None:
+    from training.evaluation import shield
+
+    chosen = shield.ShieldCandidate(rows=[], margin=margin, risk=1.0)
+    monkeypatch.setattr(shield.ShieldCandidate, "worst_share_over", property(lambda self: worst))
+    monkeypatch.setattr(shield, "shield_model", lambda model_dir: chosen)
+    config = PipelineConfig(task="SafetyCarRun-v0", name="m", dataset=tmp_path / "d.hdf5")
+    with caplog.at_level("INFO", logger="training.pipeline_stages"):
+        pipeline_stages.shield(config)
+    assert said in caplog.text
