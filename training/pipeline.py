@@ -28,6 +28,7 @@ import tyro
 
 from runtime.arguments import AT_LEAST_0, AT_LEAST_1, unmet
 from runtime.card import read_card
+from runtime.evaluation_protocol import SelectionRule
 from runtime.files import CARD_FILE, check_writable, write_atomic
 from runtime.sim import check_task
 from runtime.user_errors import UserError, exit_on_user_errors
@@ -296,18 +297,30 @@ def main(argv: list[str] | None = None) -> None:
             f"cdt pipeline: stopped; continue with: cdt pipeline {' '.join(args)}", file=sys.stderr
         )
         raise SystemExit(130) from None
+    from training.evaluation.cut_ready import served_verdict, served_worst_share_over
+
+    evaluation = read_card(config.model_dir).evaluation or {}
+    worst, allowed = served_worst_share_over(evaluation), SelectionRule().max_share_over
+    unfit = worst is not None and worst > allowed
     totals = _stage_seconds(config.stage_seconds)
     stages = ", ".join(f"{name} {value:.0f}" for name, value in totals.items())
     print(
         f"{config.model_name}: {sum(seconds.values()):.0f} s this run, "
         f"{sum(totals.values()):.0f} s over every run ({stages}); "
-        f"serve it with `cdt serve`, results in {config.report}"
+        f"{'do not serve it (below)' if unfit else 'serve it with `cdt serve`'}, results in "
+        f"{config.report}"
     )
-    from training.evaluation.cut_ready import served_verdict  # numpy and more: after the run
-
-    verdict = served_verdict(read_card(config.model_dir).evaluation or {})
+    verdict = served_verdict(evaluation)
     if verdict is not None:
         print(f"{config.model_name}: {verdict}")
+    if unfit:
+        print(
+            f"cdt pipeline: {config.model_dir} breaks its budgets as served: {worst:.0%} of the "
+            f"selection episodes went over a reported budget (the selection rule allows "
+            f"{allowed:.0%}); train another run with --seed {config.seed + 1}",
+            file=sys.stderr,
+        )
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -311,3 +311,33 @@ def test_the_shield_stage_says_whether_the_budgets_are_kept(
     with caplog.at_level("INFO", logger="training.pipeline_stages"):
         pipeline_stages.shield(config)
     assert said in caplog.text
+
+
+@pytest.mark.parametrize(("worst", "code"), [(0.05, None), (1.0, 1)])
+def test_a_pipeline_whose_model_breaks_its_budgets_as_served_says_not_to_serve_it(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    worst: float,
+    code: int | None,
+) -> None:
+    record = {
+        "episodes_per_row": 40, "cut": [40.0, 10.0], "finished": True,
+        "chosen": {"cut_ready_from": None},
+        "candidates": [{"cut_ready_from": None, "worst_share_over": worst, "cut_share_over": 0.0}],
+    }  # fmt: skip
+    card = type("Card", (), {"evaluation": {"cut_ready": record}})()
+    monkeypatch.setattr(pipeline, "run_pipeline", lambda config: {"train": 1.0})
+    monkeypatch.setattr(pipeline, "read_card", lambda model_dir: card)
+    if code is None:
+        pipeline.main(["--task", "SafetyBallRun-v0"])
+    else:
+        with pytest.raises(SystemExit) as exit_info:
+            pipeline.main(["--task", "SafetyBallRun-v0"])
+        assert exit_info.value.code == code
+    out, err = capsys.readouterr()
+    assert ("serve it with `cdt serve`" in out) == (code is None)
+    assert f"at most {worst:.0%} over any reported budget" in out
+    if code is not None:
+        assert "do not serve it (below)" in out and err.count("\n") == 1
+        assert "breaks its budgets as served: 100% of the selection episodes" in err
+        assert "train another run with --seed 1" in err

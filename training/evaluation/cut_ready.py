@@ -233,15 +233,30 @@ def cut_ready_model(
     return chosen
 
 
-def served_verdict(evaluation: dict[str, Any]) -> str | None:
-    """What the guard as served did on the selection seeds, from a card's `evaluation` (its
-    `cut_ready` record: the chosen candidate is the shield's choice with the hold chosen here);
-    None where this command has not finished on the card."""
+def _served_row(evaluation: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """A card's `cut_ready` record and its chosen candidate (the shield's choice with the hold
+    chosen here), None where this command has not finished on the card."""
     record = evaluation.get("cut_ready") or {}
     if not record.get("finished"):
         return None
     chosen = record["chosen"]["cut_ready_from"]
-    row = next(each for each in record["candidates"] if each["cut_ready_from"] == chosen)
+    return record, next(each for each in record["candidates"] if each["cut_ready_from"] == chosen)
+
+
+def served_worst_share_over(evaluation: dict[str, Any]) -> float | None:
+    """The largest share of selection episodes over a reported budget, as served (None where
+    this command has not finished on the card)."""
+    served = _served_row(evaluation)
+    return None if served is None else float(served[1]["worst_share_over"])
+
+
+def served_verdict(evaluation: dict[str, Any]) -> str | None:
+    """What the guard as served did on the selection seeds, from a card's `evaluation`; None
+    where this command has not finished on the card."""
+    served = _served_row(evaluation)
+    if served is None:
+        return None
+    record, row = served
     high, low = record["cut"]
     verdict = (
         f"as served, on {record['episodes_per_row']} selection episodes per budget and action "

@@ -178,7 +178,9 @@ def test_existing_models_join_under_the_seeds_they_were_trained_with(
     second = _exported_cdt(tmp_path / "b", training_seed=7)
     unrecorded = _exported_cdt(tmp_path / "c")  # no seed on its card: its place in the list
     config = ReportConfig(
-        algorithms=(), include_existing=(str(first), str(second), str(unrecorded))
+        algorithms=(),
+        include_existing=(str(first), str(second), str(unrecorded)),
+        models_dir=tmp_path / "report-models",  # its evaluations go there, not into the checkout
     )
     results = existing_results(config, _fake_evaluate([]))
     assert [(run.algo, run.seed) for run in results] == [
@@ -188,6 +190,7 @@ def test_existing_models_join_under_the_seeds_they_were_trained_with(
     twin = _exported_cdt(tmp_path / "d", training_seed=3)  # the same cell as `first`
     argv = ["--algorithms", "--include-existing", str(first), str(twin), "--cost-limit", "4"]
     argv += ["--episodes", "1", "--eval-seeds", "1", "--out", str(tmp_path / "reports")]
+    argv += ["--models-dir", str(config.models_dir)]
     with pytest.raises(SystemExit) as exit_info:  # one run counted twice: refused, not averaged
         main(argv, evaluate=_fake_evaluate([]))
     assert exit_info.value.code == 2
