@@ -3,6 +3,7 @@
     python bench/authors_step.py --osrl PATH/TO/OSRL
     python bench/authors_step.py --osrl PATH/TO/OSRL --steps 2 --rounds 1   # smoke check
     python bench/authors_step.py --osrl PATH/TO/OSRL --recipe cpu-budget --threads 1
+    python bench/authors_step.py --osrl PATH/TO/OSRL --recipe cpu-budget --threads 1 --compile
 
 --osrl names a clone of https://github.com/liuzuxin/OSRL (commit 03a4586); nothing of it is
 copied into this repository, the bench imports it from there. Both sides train on the same
@@ -342,17 +343,25 @@ def our_config(dataset: Path, out_dir: Path, threads: int, recipe: str) -> Train
     return dataclasses.replace(config, cost_prediction_weight=0.02)
 
 
-def our_side(config: TrainConfig, batch_size: int) -> tuple[Side, list[torch.Tensor]]:
+def our_side(
+    config: TrainConfig, batch_size: int, compiled: bool = False
+) -> tuple[Side, list[torch.Tensor]]:
+    """Our step with every speed option on; `compiled`: also `torch.compile` (`cdt train
+    --compile`), its compilation done here, before any timing."""
     from bench.train_throughput import SPEED_OPTIONS, make_state, step
 
-    state = make_state(config, dict.fromkeys(SPEED_OPTIONS, True), batch_size)
+    options = dict.fromkeys(SPEED_OPTIONS, True) | {"compile": compiled}
+    state = make_state(config, options, batch_size)
     last_loss: list[torch.Tensor] = []  # read after timing: no extra sync inside the step
 
     def run() -> None:
         last_loss[:] = [step(state).loss.detach()]
 
+    for _ in range(3 if compiled else 0):
+        run()
     parameters = sum(p.numel() for p in state.model.parameters())
-    return Side("ours (all speed options on)", run, parameters), last_loss
+    name = "ours + torch.compile" if compiled else "ours (all speed options on)"
+    return Side(name, run, parameters), last_loss
 
 
 def measure(sides: list[Side], steps: int, rounds: int, threads: int) -> None:
@@ -427,6 +436,11 @@ def main() -> None:
         help="paper: their CarRun config, 3 x 128 x 8, K = 10; cpu-budget: our preset, both sides "
         "at its size (2 x 64 x 4, context 1)",
     )  # fmt: skip
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time ours with torch.compile (cdt train --compile)",
+    )
     args = parser.parse_args()
     osrl = check_osrl(args.osrl)
 
@@ -442,10 +456,10 @@ def main() -> None:
         dataset = synthetic_dataset(Path(workdir) / "synthetic.hdf5")
         data = dsrl_dict(dataset)
         theirs, recorder, config = authors_side(osrl, data, args.batch_size, args.recipe)
-        ours, our_loss = our_side(
-            our_config(dataset, Path(workdir), args.threads, args.recipe), args.batch_size
-        )
-        measure([theirs, ours], args.steps, args.rounds, args.threads)
+        config_ours = our_config(dataset, Path(workdir), args.threads, args.recipe)
+        ours, our_loss = our_side(config_ours, args.batch_size)
+        extra = [our_side(config_ours, args.batch_size, compiled=True)[0]] if args.compile else []
+        measure([theirs, ours, *extra], args.steps, args.rounds, args.threads)
         floor = matrix_product_floor(ours, args.threads) if args.recipe == "paper" else None
 
     from training.ledger import cpu_name
@@ -464,9 +478,13 @@ def main() -> None:
         f"stochastic {config.stochastic}; DataLoader num_workers 0"
     )
     print(f"{'side':<30} {'s/step':>8} {'CPU s/step':>11} {'parameters':>11}")
-    for side in (theirs, ours):
+    for side in (theirs, ours, *extra):
         print(f"{side.name:<30} {side.wall:>8.3f} {side.cpu:>11.3f} {side.parameters:>11,}")
-    print(f"authors / ours: {theirs.wall / ours.wall:.2f}x wall, {theirs.cpu / ours.cpu:.2f}x CPU")
+    for side in (ours, *extra):
+        print(
+            f"authors / {side.name}: {theirs.wall / side.wall:.2f}x wall, "
+            f"{theirs.cpu / side.cpu:.2f}x CPU"
+        )
     if floor is not None:
         gflop, seconds = floor
         print(

@@ -87,7 +87,7 @@ def config_problems(config: TrainConfig) -> list[str]:
     found += unmet(AT_LEAST_0, pick("weight_decay", "entropy_weight", "augment_fraction"))
     if not all(0 <= beta < 1 for beta in config.betas):
         found.append(f"--betas must lie in [0, 1), got {config.betas}")
-    found += _shape_problems(config) + _machine_problems(config)
+    found += _shape_problems(config) + _machine_problems(config) + _compile_problems(config)
     first = {problem.split(" ", 1)[0]: problem for problem in reversed(found)}  # one per flag
     return [problem for problem in found if first[problem.split(" ", 1)[0]] == problem]
 
@@ -124,6 +124,17 @@ def _machine_problems(config: TrainConfig) -> list[str]:
     return [
         f"--num-threads must be at most {cap} ({THREADS_PER_CORE} per CPU core, {cores} here), "
         f"got {config.num_threads}"
+    ]
+
+
+def _compile_problems(config: TrainConfig) -> list[str]:
+    """`--compile` on a CPU: torch 2.13's generated CPU code corrupted the heap of a `cpu-budget`
+    training on an Intel Xeon (docs/decisions/training-speed.md), so it is for GPUs only."""
+    if not config.compile or config.device.startswith("cuda"):
+        return []
+    return [
+        f"--compile is for CUDA devices, not {config.device}: torch.compile's CPU code crashed "
+        "this model's training (torch 2.13, docs/decisions/training-speed.md)"
     ]
 
 

@@ -125,6 +125,7 @@ def test_train_cli_refuses_a_run_folder_another_process_is_writing(
         (["--learning-rate", "nan"], "--learning-rate must be finite, got nan"),
         (["--selection-max-share-over", "2"], "must lie in [0, 1], got 2"),
         (["--device", "cuda:7"], "--device cuda:7:"),
+        (["--compile"], "--compile is for CUDA devices, not cpu"),
     ],
 )
 def test_train_cli_refuses_values_no_run_can_train_with(

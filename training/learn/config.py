@@ -194,7 +194,8 @@ class TrainConfig:
     batch 256) trains 1.6-2x faster (loss within 0.33 % of fp32 over 30 steps), while the `cpu`
     preset's 2 x 64 x 4 model runs 2-3x slower. On an H200 it pays at batch 2048 (1.3x), not 256."""
     compile: bool = False
-    """torch.compile the model (optional; pays off only on long runs)."""
+    """torch.compile the model (optional; pays off only on long runs; CUDA only: on a CPU its
+    generated code crashed a `cpu-budget` training, docs/decisions/training-speed.md)."""
     num_threads: int | None = 1
     """torch intra-op threads on CPU; None leaves torch's default (one per core).
 

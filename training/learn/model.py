@@ -150,7 +150,9 @@ class CausalSelfAttention(nn.Module):
         )
         scores = products.sum(-1) / math.sqrt(head_dim)
         # allowed [b, 1, q, t] -> [b, q, t, 1]; softmax over the keys
-        weights = scores.masked_fill(~allowed.permute(0, 2, 3, 1), float("-inf")).softmax(dim=2)
+        weights = scores.masked_fill(
+            ~allowed.permute(0, 2, 3, 1), torch.finfo(scores.dtype).min
+        ).softmax(dim=2)
         # [b, q, t, heads, 1] * [b, 1, t, heads, hd], summed over t -> [b, q, heads, hd]
         mixed = (weights.unsqueeze(-1) * value.view(batch_size, 1, tokens, heads, head_dim)).sum(2)
         return mixed.reshape(batch_size, q_tokens, embedding_dim)
