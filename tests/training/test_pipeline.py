@@ -313,11 +313,14 @@ def test_the_shield_stage_says_whether_the_budgets_are_kept(
     assert said in caplog.text
 
 
-@pytest.mark.parametrize(("worst", "code"), [(0.05, None), (1.0, 1)])
+@pytest.mark.parametrize(
+    ("worst", "smoke", "code"), [(0.05, False, None), (1.0, False, 1), (1.0, True, None)]
+)
 def test_a_pipeline_whose_model_breaks_its_budgets_as_served_says_not_to_serve_it(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     worst: float,
+    smoke: bool,
     code: int | None,
 ) -> None:
     record = {
@@ -328,11 +331,12 @@ def test_a_pipeline_whose_model_breaks_its_budgets_as_served_says_not_to_serve_i
     card = type("Card", (), {"evaluation": {"cut_ready": record}})()
     monkeypatch.setattr(pipeline, "run_pipeline", lambda config: {"train": 1.0})
     monkeypatch.setattr(pipeline, "read_card", lambda model_dir: card)
-    if code is None:
-        pipeline.main(["--task", "SafetyBallRun-v0"])
+    argv = ["--task", "SafetyBallRun-v0", *(["--smoke"] if smoke else [])]
+    if code is None:  # a smoke run checks a set-up: its tiny model is not judged
+        pipeline.main(argv)
     else:
         with pytest.raises(SystemExit) as exit_info:
-            pipeline.main(["--task", "SafetyBallRun-v0"])
+            pipeline.main(argv)
         assert exit_info.value.code == code
     out, err = capsys.readouterr()
     assert ("serve it with `cdt serve`" in out) == (code is None)
