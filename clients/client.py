@@ -17,12 +17,14 @@ An answer that breaks the API's contract raises `InvalidResponseError` and is ne
 JSON, missing or mistyped fields, an undecodable body or one over `MAX_ANSWER_BYTES`, an answer
 about another episode, an action that is not finite or (once `list_models` gave the model's card)
 of the wrong length or outside its bounds. A body must arrive whole within the read timeout (one
-dripped a byte at a time is a timeout); redirects are not followed.
+dripped a byte at a time is a timeout), and with `AsyncPolicyClient` the answer's head too (the
+synchronous client bounds each read of the head only); redirects are not followed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any, Generic, Self, TypeVar
 
@@ -303,13 +305,24 @@ class AsyncPolicyClient(_ClientBase[httpx.AsyncClient]):
         if self._owns_http:
             await self._http.aclose()
 
+    @property
+    def _head_s(self) -> float | None:
+        """Seconds an answer's head may take after sending: the read timeout (None: no limit)."""
+        return None if math.isinf(self._body_s) else self._body_s
+
     async def _send(self, call: Call[ResponseT]) -> ResponseT:
         attempt = 0
         while True:
             request = self._build(call)
             try:
-                streamed = await self._http.send(request, stream=True)
+                streamed = await asyncio.wait_for(
+                    self._http.send(request, stream=True), self._head_s
+                )
                 outcome: Outcome = await aread_whole(streamed, self._body_s)
+            except TimeoutError:  # a head dripped a byte per read never trips a read timeout
+                outcome = httpx.ReadTimeout(
+                    f"no answer's head within {self._head_s:g} s", request=request
+                )
             except httpx.TransportError as error:
                 outcome = error
             except httpx.InvalidURL as error:  # a redirect's Location (the request's is ours)

@@ -4,6 +4,7 @@ bounded time and memory, and `cdt rollout` keeps the episodes that finished."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import math
@@ -17,6 +18,7 @@ import pytest
 from clients import rollout
 from clients.answers import MAX_ANSWER_BYTES
 from clients.client import (
+    AsyncPolicyClient,
     PolicyClient,
     PolicyClientError,
     ServerError,
@@ -184,6 +186,37 @@ def test_a_redirect_to_an_invalid_url_raises_invalid_response() -> None:
 def test_a_negative_or_nan_hint_never_becomes_a_negative_or_nan_wait() -> None:
     assert RetryPolicy().after_refusal(0, 409, -5.0, False) == 0.0
     assert RetryPolicy().after_refusal(0, 429, math.nan, False) is None
+
+
+def test_the_async_clients_call_ends_when_a_dripped_head_outlasts_the_read_timeout() -> None:
+    async def drip_head(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\n")
+            for _ in range(200):  # one byte of a header every 50 ms: no single read times out
+                writer.write(b"X")
+                await writer.drain()
+                await asyncio.sleep(0.05)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client gave up and closed
+        finally:
+            writer.close()
+
+    async def call() -> tuple[PolicyClientError, float]:
+        server = await asyncio.start_server(drip_head, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        started = time.monotonic()
+        async with server, AsyncPolicyClient(f"http://127.0.0.1:{port}", timeout=0.3) as client:
+            client.retry = FAST
+            with pytest.raises(PolicyClientError) as raised:
+                await client.list_models()
+        return raised.value, time.monotonic() - started
+
+    error, seconds = asyncio.run(call())
+    assert isinstance(error, ServiceUnreachableError) and "no answer's head within 0.3 s" in str(
+        error
+    )
+    assert seconds < 3.0  # three attempts of 0.3 s and their waits, not the 10 s of dripping
 
 
 # ---- cdt rollout ---------------------------------------------------------------------------
