@@ -142,19 +142,22 @@ def _check_shapes(arrays: dict[str, np.ndarray]) -> None:
         raise DatasetError("'observations' and 'next_observations' differ in shape")
 
 
+def _first_row(mask: np.ndarray) -> int | None:
+    """The row (index along the first axis) of `mask`'s first True, None when it has none."""
+    hits = np.argwhere(mask)
+    return int(hits[0][0]) if len(hits) else None
+
+
 def _check_arrays(arrays: dict[str, np.ndarray]) -> None:
     _check_shapes(arrays)
     for key in FLOAT_KEYS:
         if not np.issubdtype(arrays[key].dtype, np.floating):
             raise DatasetError(f"wrong dtype: {key!r} is {arrays[key].dtype}, expected float")
-        if not np.all(np.isfinite(arrays[key])):
-            bad = int(np.argwhere(~np.isfinite(arrays[key]))[0][0])
+        if (bad := _first_row(~np.isfinite(arrays[key]))) is not None:
             raise DatasetError(f"non-finite value (NaN or inf) in {key!r} at row {bad}")
-        if not np.all(np.abs(arrays[key]) <= FLOAT32_MAX):  # the episodes hold float32
-            bad = int(np.argwhere(np.abs(arrays[key]) > FLOAT32_MAX)[0][0])
+        if (bad := _first_row(np.abs(arrays[key]) > FLOAT32_MAX)) is not None:  # held as float32
             raise DatasetError(f"value too large for float32 in {key!r} at row {bad}")
-    if np.any(arrays["costs"] < 0):
-        bad = int(np.flatnonzero(arrays["costs"] < 0)[0])
+    if (bad := _first_row(arrays["costs"] < 0)) is not None:
         raise DatasetError(f"negative cost in 'costs' at row {bad} (costs must be >= 0)")
     for key in ("rewards", "costs"):  # returns and returns-to-go are summed into float32
         if np.abs(arrays[key]).sum(dtype=np.float64) > FLOAT32_MAX:
