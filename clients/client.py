@@ -16,9 +16,10 @@ that timed out can be sent elsewhere without the lost attempt applying later.
 An answer that breaks the API's contract raises `InvalidResponseError` and is never retried: not
 JSON, missing or mistyped fields, an undecodable body or one over `MAX_ANSWER_BYTES`, an answer
 about another episode, an action that is not finite or (once `list_models` gave the model's card)
-of the wrong length or outside its bounds. A body must arrive whole within the read timeout (one
-dripped a byte at a time is a timeout), and with `AsyncPolicyClient` the answer's head too (the
-synchronous client bounds each read of the head only); redirects are not followed.
+of the wrong length or outside its bounds. An answer's head (status line and headers), then its
+body, must each arrive whole within the read timeout (one dripped a byte at a time is a
+timeout; with an `http_client` of your own, the synchronous client bounds each read of the
+head, not the whole); redirects are not followed.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from clients.errors import (
     error_from_response,
     invalid_answer,
 )
+from clients.head_deadline import head_bounded_transport, head_limit
 from clients.retry import RetryPolicy, parse_retry_after
 from service.schemas import (
     EpisodePublic,
@@ -184,7 +186,7 @@ class PolicyClient(_ClientBase[httpx.Client]):
     """Synchronous client; use it as a context manager (or call `close()`)."""
 
     def _new_http(self, timeout: float | httpx.Timeout) -> httpx.Client:
-        return httpx.Client(timeout=timeout)
+        return httpx.Client(timeout=timeout, transport=head_bounded_transport())
 
     def __enter__(self) -> Self:
         return self
@@ -202,7 +204,8 @@ class PolicyClient(_ClientBase[httpx.Client]):
         while True:
             request = self._build(call)
             try:
-                streamed = self._http.send(request, stream=True)
+                with head_limit(self._body_s):  # a head dripped a byte per read is a timeout
+                    streamed = self._http.send(request, stream=True)
                 outcome: Outcome = read_whole(streamed, self._body_s)
             except httpx.TransportError as error:
                 outcome = error

@@ -27,7 +27,8 @@ import numpy.typing as npt
 
 from runtime.budget_guard import GuardAction, GuardDecision
 from runtime.context import EpisodeContext, sample_action
-from runtime.files import COST_CRITIC_FILE, check_regular
+from runtime.files import COST_CRITIC_FILE
+from runtime.onnx_session import open_session
 from runtime.user_errors import UserError, one_line
 
 if TYPE_CHECKING:
@@ -92,21 +93,8 @@ class CostCritic:
     @classmethod
     def load(cls, directory: Path, observation_dim: int, action_dim: int) -> Self:
         """Load and check `directory/cost_critic.onnx`; raises `CostCriticLoadError`."""
-        import onnxruntime as ort  # here: the episode loop imports this module during training
-
         path = Path(directory) / COST_CRITIC_FILE
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        try:
-            check_regular(path)  # a FIFO or a device would hold onnxruntime for good
-        except OSError as error:
-            raise CostCriticLoadError(f"{path}: {error.strerror}") from error
-        try:
-            session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        except Exception as error:  # onnxruntime raises its own types, all mean "broken file"
-            raise CostCriticLoadError(f"{path}: {error}") from error
+        session = open_session(path, CostCriticLoadError)
         critic = cls(session, observation_dim, action_dim)
         critic._check_contract(path)
         return critic

@@ -23,7 +23,8 @@ from runtime.card import CardError, ModelCard
 from runtime.card import read_card as read_model_card
 from runtime.context import WINDOW_NAMES
 from runtime.cost_critic import CostCritic, CostCriticLoadError
-from runtime.files import CARD_FILE, COST_CRITIC_FILE, ONNX_FILE, check_regular, read_regular
+from runtime.files import CARD_FILE, COST_CRITIC_FILE, ONNX_FILE, read_regular
+from runtime.onnx_session import open_session
 from runtime.user_errors import UserError, one_line
 
 OUTPUT_NAMES = ("action_mean", "action_log_std")
@@ -81,20 +82,13 @@ class Policy:
         """Load and check `directory/model.onnx` + `model.json`; raises `PolicyLoadError`."""
         directory = Path(directory)
         card = read_card(directory)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = intra_op_threads
-        options.inter_op_num_threads = inter_op_threads
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3
+        session = open_session(
+            directory / ONNX_FILE,
+            PolicyLoadError,
+            intra_op_threads=intra_op_threads,
+            inter_op_threads=inter_op_threads,
+        )
         try:
-            check_regular(directory / ONNX_FILE)
-        except OSError as error:  # a FIFO or a device would hold onnxruntime for good
-            raise PolicyLoadError(f"{directory / ONNX_FILE}: {error.strerror}") from error
-        try:
-            session = ort.InferenceSession(
-                str(directory / ONNX_FILE), options, providers=["CPUExecutionProvider"]
-            )
             critic = None
             if card.cost_critic is not None:
                 critic = CostCritic.load(directory, card.observation_dim, card.action_dim)
@@ -104,7 +98,7 @@ class Policy:
             raise PolicyLoadError(str(error)) from error
         except PolicyLoadError:
             raise
-        except Exception as error:  # onnxruntime raises its own types, all mean "broken file"
+        except Exception as error:  # onnxruntime's own types, from the first forward pass
             raise PolicyLoadError(f"{directory / ONNX_FILE}: {error}") from error
         return policy
 

@@ -34,6 +34,7 @@ LAYERS = {
     "checkpoint": "common",  # checkpoint files: atomic writes, weights-only loading
     "interrupt": "common",  # Ctrl-C and SIGTERM as a stop at the next step, for every trainer
     "run_lock": "common",  # one process at a time per run folder (collect, train, pipeline)
+    "tyro_cli": "common",  # tyro parsing with one-line mistakes, for every tyro command
     "data": "data",
     "collect": "collect",
     "learn": "learn",

@@ -16,6 +16,7 @@ import tyro
 
 from runtime.files import CARD_FILE, ONNX_FILE, check_writable, refuse_overwrite
 from runtime.user_errors import UserError, exit_on_user_errors
+from training.tyro_cli import parse
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     """`cdt export CHECKPOINT --out models/NAME/`."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("training").setLevel(logging.INFO)
-    args = tyro.cli(ExportArgs, args=sys.argv[1:] if argv is None else argv, prog="cdt export")
+    args = parse(ExportArgs, sys.argv[1:] if argv is None else argv, "cdt export")
     check_export(args)
     # Imported after parsing: the exporter loads torch and onnx (~2 s), which --help never needs.
     from training.export import export_checkpoint, quiet_exporter_logs

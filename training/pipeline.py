@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import tyro
-
 from runtime.arguments import AT_LEAST_0, AT_LEAST_1, unmet
 from runtime.card import read_card
 from runtime.evaluation_protocol import SelectionRule
@@ -39,6 +37,7 @@ from training.ledger import cpu_name
 from training.pipeline_stages import STAGES, Stage
 from training.run_lock import run_folder_lock
 from training.train_cli import check_config, check_device
+from training.tyro_cli import parse
 
 logger = logging.getLogger(__name__)
 
@@ -288,7 +287,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of `cdt pipeline`."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = sys.argv[1:] if argv is None else argv
-    config = tyro.cli(PipelineConfig, args=args, prog="cdt pipeline")
+    config = parse(PipelineConfig, args, "cdt pipeline")
     check_before_running(config)
     try:
         seconds = run_pipeline(config)

@@ -5,9 +5,12 @@ bounded time and memory, and `cdt rollout` keeps the episodes that finished."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 import math
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -217,6 +220,51 @@ def test_the_async_clients_call_ends_when_a_dripped_head_outlasts_the_read_timeo
         error
     )
     assert seconds < 3.0  # three attempts of 0.3 s and their waits, not the 10 s of dripping
+
+
+def _drip_a_head(server: socket.socket) -> None:
+    """Answer one request with a status line, then a header's bytes one every 50 ms."""
+    with contextlib.suppress(OSError):  # the client gave up and closed
+        connection, _ = server.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\n")
+            for _ in range(200):  # no single read times out
+                connection.sendall(b"X")
+                time.sleep(0.05)
+
+
+def test_the_sync_clients_call_ends_when_a_dripped_head_outlasts_the_read_timeout() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        for _ in range(3):  # the first attempt and its two retries
+            threading.Thread(target=_drip_a_head, args=(server,), daemon=True).start()
+        started = time.monotonic()
+        with PolicyClient(f"http://127.0.0.1:{port}", timeout=0.3, retry=FAST) as client:
+            with pytest.raises(ServiceUnreachableError) as raised:
+                client.list_models()
+        seconds = time.monotonic() - started
+    assert "no answer's head within 0.3 s" in str(raised.value)
+    assert seconds < 3.0  # three attempts of 0.3 s and their waits, not the 10 s of dripping
+
+
+def test_the_head_limit_passes_a_slow_answer_that_arrives_within_it() -> None:
+    body = b'{"models": []}'
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+
+    def answer_slowly(server: socket.socket) -> None:
+        connection, _ = server.accept()
+        with connection:
+            connection.recv(65536)
+            for part in (b"HTTP/1.1 ", (head % len(body))[9:] + body):
+                connection.sendall(part)
+                time.sleep(0.1)  # 0.2 s in all: within the 0.3 s limit
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        threading.Thread(target=answer_slowly, args=(server,), daemon=True).start()
+        port = server.getsockname()[1]
+        with PolicyClient(f"http://127.0.0.1:{port}", timeout=0.3, retry=FAST) as client:
+            assert client.list_models() == []
 
 
 # ---- cdt rollout ---------------------------------------------------------------------------

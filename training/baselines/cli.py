@@ -34,6 +34,7 @@ from runtime.user_errors import UserError, exit_on_user_errors
 from training.baselines.config import BaselineConfig
 from training.card_update import check_model_name
 from training.data.dataset import OfflineDataset, load_dataset
+from training.tyro_cli import parse
 
 
 @dataclass(frozen=True)
@@ -119,9 +120,7 @@ def check_device(device: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Parse a `BaselineConfig`, check it, train, export, and print where the model went."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    args = tyro.cli(
-        BaselineArgs, args=argv, prog="cdt train", default=BaselineArgs(BaselineConfig())
-    )
+    args = parse(BaselineArgs, argv, "cdt train", default=BaselineArgs(BaselineConfig()))
     config = args.config
     if problems := config_problems(config):
         raise UserError("; ".join(problems))

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import logging
 
-import tyro
-
 from runtime.files import check_writable, refuse_overwrite
 from runtime.sim import check_task
 from runtime.user_errors import exit_on_user_errors
 from training.collect.settings import CollectConfig, check_resume, output_paths
 from training.run_lock import run_folder_lock
+from training.tyro_cli import parse
 
 
 def check_before_collecting(config: CollectConfig) -> None:
@@ -32,7 +31,7 @@ def check_before_collecting(config: CollectConfig) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of `cdt collect`."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    config = tyro.cli(CollectConfig, args=argv, prog="cdt collect")
+    config = parse(CollectConfig, argv, "cdt collect")
     check_before_collecting(config)
     # Imported after parsing: the run loads torch and the simulator (~2 s); --help needs neither.
     from training.collect.collection import finalize, learn

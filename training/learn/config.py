@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import tyro
 
 from runtime.evaluation_protocol import REPORTED_BUDGETS, SelectionRule
+from training.tyro_cli import parse
 
 PresetName = Literal["cpu", "paper", "cpu-budget"]
 
@@ -433,7 +433,7 @@ def parse_config(argv: list[str] | None) -> TrainConfig:
     """
     args = [] if argv is None else list(argv)
     defaults = PRESETS.get(_preset_from_argv(args), PRESETS["cpu"])
-    config = tyro.cli(TrainConfig, args=args, default=defaults, prog="cdt train")
+    config = parse(TrainConfig, args, "cdt train", default=defaults)
     if config.resume is not None:
         stored = config.resume.with_suffix(".json")
         if not config.resume.is_file() or not stored.is_file():

@@ -15,8 +15,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import tyro
-
 from runtime.arguments import AT_LEAST_1, POSITIVE, unmet
 from runtime.evaluation_protocol import split_problems
 from runtime.files import check_writable, refuse_overwrite, write_atomic
@@ -45,6 +43,7 @@ from training.report.tables import (
     table_json,
 )
 from training.train_cli import config_problems as train_problems
+from training.tyro_cli import parse
 
 
 def write_report(
@@ -188,7 +187,7 @@ def main(argv: list[str] | None = None, evaluate: EvaluateFunction | None = None
     """Entry point of `cdt report`."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = sys.argv[1:] if argv is None else argv
-    config = tyro.cli(ReportConfig, args=args, prog="cdt report")
+    config = parse(ReportConfig, args, "cdt report")
     included = check_before_running(config)
     if evaluate is None:  # the simulator's evaluator loads onnxruntime and more (~0.7 s)
         from training.evaluation.evaluate import evaluate_policy_dir
