@@ -50,7 +50,7 @@ class PipelineConfig:
     Stages, each skipped when its output is there (times: docs/decisions/pipeline.md):
     - collect: datasets/<task>.hdf5 (or --dataset); 47 min for CarRun's paper schedule (Zen 3)
     - train: runs/pipeline-<name>/step_*.pt; `cpu-budget`: 24,000 steps in ~7 min on a free
-      Zen 4 core, ~23 min on a Zen 3 core beside a second pipeline; `paper` at batch 256:
+      Zen 4 core, ~14 min on a Zen 1 core beside a second pipeline; `paper` at batch 256:
       0.6 s a step on Zen 3 (14,000 in ~2.5 h)
     - select: runs/pipeline-<name>/best.pt, on the selection seeds
     - export: models/<name>/model.onnx and model.json
