@@ -28,8 +28,14 @@ class CommandParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """Print the problem as one line and exit 2 (argparse prints the whole usage first)."""
-        sys.stderr.write(f"{self.prog}: {message} (see {self.prog} --help)\n")
-        raise SystemExit(USER_ERROR_EXIT)
+        exit_on_mistake(self.prog, message)
+
+
+def exit_on_mistake(prog: str, message: str) -> NoReturn:
+    """A command-line mistake, as every `cdt` parser reports it: `prog: message (see prog
+    --help)` on stderr, exit 2."""
+    sys.stderr.write(f"{prog}: {message} (see {prog} --help)\n")
+    raise SystemExit(USER_ERROR_EXIT)
 
 
 def positive_int(text: str) -> int:

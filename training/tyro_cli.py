@@ -2,7 +2,7 @@
 
 tyro draws a mistake in a multi-line box (title, the problem, the option's help, a pointer to
 `--help`). Each `cdt` command that tyro parses calls `parse` instead, which keeps the box's
-problem text as `prog: problem (see prog --help)`, as `runtime.arguments` does for argparse.
+problem text in the one-line form argparse's commands use (`runtime.arguments.exit_on_mistake`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 
 import tyro
 
-from runtime.user_errors import USER_ERROR_EXIT, one_line
+from runtime.arguments import exit_on_mistake
+from runtime.user_errors import one_line
 
 ConfigT = TypeVar("ConfigT")
 
@@ -94,7 +95,6 @@ def parse(
     except SystemExit as stop:
         if stop.code in (0, None):  # --help, printed on stdout
             raise
-        sys.stderr.write(f"{prog}: {box_problem(captured.getvalue())} (see {prog} --help)\n")
-        raise SystemExit(USER_ERROR_EXIT) from None
+        exit_on_mistake(prog, box_problem(captured.getvalue()))
     sys.stderr.write(captured.getvalue())  # warnings while parsing
     return config
