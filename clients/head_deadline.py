@@ -49,15 +49,12 @@ class _LimitedStream(httpcore.NetworkStream):
             return self._stream.read(max_bytes, timeout)
         deadline, seconds = limit
         left = deadline - time.monotonic()
-        late = httpcore.ReadTimeout(f"no answer's head within {seconds:g} s")
-        if left <= 0:
-            raise late
         if timeout is not None and timeout < left:
             return self._stream.read(max_bytes, timeout)
-        try:
-            return self._stream.read(max_bytes, left)
-        except httpcore.ReadTimeout:  # the call's limit ran out, not one read's timeout
-            raise late from None
+        if left > 0:
+            with contextlib.suppress(httpcore.ReadTimeout):  # the call's limit ran out
+                return self._stream.read(max_bytes, left)
+        raise httpcore.ReadTimeout(f"no answer's head within {seconds:g} s")
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self._stream.write(buffer, timeout)
