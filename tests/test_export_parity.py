@@ -14,6 +14,7 @@ import torch
 from runtime.card import ModelCard
 from runtime.context import WINDOW_NAMES
 from tests.training.cdt_synthetic import tiny_config, write_dataset
+from tests.training.placeholder_graphs import write_placeholder_graphs
 from training.checkpoint import load_checkpoint
 from training.export import OnnxPolicy, model_card, policy_from_checkpoint
 from training.export_cli import main
@@ -65,7 +66,7 @@ def test_a_context_one_policy_exports_its_short_attention_faithfully(tmp_path: P
     from training.export import export_checkpoint
 
     dataset = write_dataset(tmp_path / "tiny.hdf5")
-    config = tiny_config(dataset, tmp_path, update_steps=3, seq_len=1, return_basis=4)
+    config = tiny_config(dataset, tmp_path, update_steps=3, seq_len=1, return_basis=4, num_layers=1)
     checkpoint = train(config)
     out_dir = export_checkpoint(checkpoint, tmp_path / "models" / "context-one")
     policy = policy_from_checkpoint(load_checkpoint(checkpoint))
@@ -147,11 +148,12 @@ def test_export_cli_requires_an_output_folder(capsys: pytest.CaptureFixture[str]
 
 
 def test_an_export_over_a_model_with_a_cost_critic_drops_the_critic(
-    exported_policy: tuple[Path, Path], tmp_path: Path
+    exported_policy: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The critic was fitted for the model replaced; the new card names none."""
     from training.export import export_checkpoint
 
+    write_placeholder_graphs(monkeypatch)  # what the export does beside its graph is under test
     out_dir = tmp_path / "models" / "tiny-cdt"
     out_dir.mkdir(parents=True)
     (out_dir / "cost_critic.onnx").write_bytes(b"the old model's critic")

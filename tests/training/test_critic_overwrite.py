@@ -11,6 +11,7 @@ import pytest
 
 from runtime.card import read_card, update_card
 from runtime.files import COST_CRITIC_FILE
+from tests.training.placeholder_graphs import write_placeholder_graphs
 from tests.training.test_cost_critic import action_cost_episodes, write_model_dir
 from training import card_update
 from training.critic_cli import main
@@ -35,6 +36,7 @@ def trained_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model_dir = write_model_dir(root / "model", "data.hdf5")
     with pytest.MonkeyPatch.context() as patch:  # set up before the private ledger is
         patch.setenv("CDT_LEDGER", "off")
+        write_placeholder_graphs(patch)  # the card's rules are under test, not the graph
         patch.chdir(root)  # the card's dataset path is relative to the current folder
         main([str(model_dir), *FAST])
     guard = {"fallback_margin": 0, "hidden_reserve": 0, "shield_margin": 25, "shield_risk": 1}
@@ -48,6 +50,7 @@ def trained_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def shielded(trained_once: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """This test's copy of `trained_once`'s model (the current folder holds the datasets)."""
+    write_placeholder_graphs(monkeypatch)
     shutil.copytree(trained_once, tmp_path / "work")
     monkeypatch.chdir(tmp_path / "work")
     return Path("model")

@@ -19,11 +19,12 @@ def _with_attrs(path, **attrs):
     return path
 
 
-def test_every_flipped_byte_of_a_small_file_loads_or_is_refused_in_one_line(tmp_path):
-    """Bit flips made h5py raise KeyError or RuntimeError, which escaped as tracebacks."""
+def test_a_flipped_byte_anywhere_in_a_small_file_loads_or_is_refused_in_one_line(tmp_path):
+    """Bit flips made h5py raise KeyError or RuntimeError, which escaped as tracebacks. Every
+    seventh byte of the whole file (~770 files; the fuzzer, bench/fuzz_datasets.py, flips more)."""
     clean = write_raw(tmp_path / "clean.hdf5", raw_arrays()).read_bytes()
     corrupt = tmp_path / "corrupt.hdf5"
-    for offset in range(0, min(len(clean), 4096), 3):
+    for offset in range(0, len(clean), 7):
         data = bytearray(clean)
         data[offset] ^= 0xFF
         corrupt.write_bytes(bytes(data))

@@ -1,4 +1,5 @@
-"""Run by torchrun from test_ddp.py: train a few steps, then save this rank's weights."""
+"""One rank of test_ddp.py (started as torchrun starts it): train a few steps, then save this
+rank's weights."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.training.baselines.synthetic import tiny_episodes
+from tests.training.placeholder_graphs import PLACEHOLDER, write_placeholder_graphs
 from training.data.dataset import save_dataset
 from training.ledger import read_ledger
 from training.report.cli import main
@@ -143,7 +144,10 @@ def test_main_runs_the_grid_and_writes_both_tables(
     assert exit_info.value.code == 2
 
 
-def test_grid_trains_and_exports_the_sequence_models(tmp_path: Path, private_ledger: Path) -> None:
+def test_grid_trains_and_exports_the_sequence_models(
+    tmp_path: Path, private_ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_placeholder_graphs(monkeypatch)  # the grid's cells, not the graphs, are under test
     dataset = save_dataset(tmp_path / "tiny.hdf5", tiny_episodes(), {"env_id": "TinyTask-v0"})
     tiny = "--embedding-dim 8 --num-layers 1 --num-heads 2 --batch-size 4 --update-steps 2"
     tiny += " --eval-every 0 --no-tensorboard --num-threads 1 --seq-len 3"
@@ -166,6 +170,7 @@ def test_grid_trains_and_exports_the_sequence_models(tmp_path: Path, private_led
         card_path = tmp_path / "grid" / "TinyTask" / f"{algo}-s0" / "model.json"
         card = json.loads(card_path.read_text())
         assert card["algo"] == algo and card["context_len"] == 3
+        assert (card_path.parent / "model.onnx").read_bytes() == PLACEHOLDER
         assert [target["cost"] for target in card["default_targets"]] == [4.0, 8.0, 16.0]
     table = json.loads((tmp_path / "reports" / "table1.json").read_text())["table"]
     assert set(table) == {"cdt", "cdt-sampled", "dt"}
