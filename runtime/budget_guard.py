@@ -7,7 +7,8 @@ budget left per step left, in units of the largest cost one step can add: at a p
 more the episode cannot go over any more, and the guard stands aside. Below that:
 
 - through the first `cut_ready_until` of the episode, a budget above `cut_floor` counts as
-  `cut_floor` (all that follows acts on that), so a cut to it finds it unspent;
+  `cut_floor` (all that follows acts on that), so a cut to it finds it unspent; a card's
+  `cut_ready_guidance` sets the cost guidance's weight while so held;
 - the model is told `hidden_reserve` less budget than is left (and, with `early_scale` below 1,
   only a share of it early in the episode), so its own plan ends with something in reserve;
 - `less_noise`: a sampled episode's noise shrinks with the pace, from `full_noise_pace` down
@@ -75,6 +76,8 @@ class GuardDecision:
     shield_risk: float | None = None
     """Ask the card's cost critic about the chosen action and replace it when its predicted cost
     is above this (`runtime.cost_critic`); None: no shield this step."""
+    guidance_weight: float | None = None
+    """The weight of the card's cost guidance for this step's forward pass (None: the card's)."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,10 @@ class BudgetGuard(BaseModel):
     """Share of the episode through which the guard treats a budget above the cut floor as the
     floor (the budget told, the noise, the fallback and the shield all act on it), so a cut to
     the floor in that time finds it unspent; the rest of the budget is free after."""
+    cut_ready_guidance: float | None = Field(default=None, ge=0, le=10)
+    """The weight of the card's cost guidance while an episode is held for a cut (None: the
+    card's own). The guidance makes a model told a small budget timid; held, the floor, the
+    fallback and the shield keep the budget, and a lower weight earns more of it."""
     shield_margin: float = Field(default=0.0, ge=0)
     """Budget left at or below which the card's cost critic checks every action while the
     episode could still go over (0: no shield; a card needs a cost critic to set it)."""
@@ -200,8 +207,11 @@ class BudgetGuard(BaseModel):
         if self.max_step_cost > 0 and pace >= 1.0:
             return UNGUARDED  # even a costly step each step to the end stays within budget
         decision = self._throttle(budget, steps_left, deterministic, episode_len, pace)
-        if budget < remaining_cost and decision.cost_left_fed is None:
-            decision = replace(decision, cost_left_fed=budget)  # told the floor, not the budget
+        if budget < remaining_cost:  # held for a cut: told the floor, not the budget
+            if decision.cost_left_fed is None:
+                decision = replace(decision, cost_left_fed=budget)
+            if self.cut_ready_guidance is not None:
+                decision = replace(decision, guidance_weight=self.cut_ready_guidance)
         if 0 < self.shield_margin and budget <= self.shield_margin:
             return replace(decision, shield_risk=self.shield_risk)
         return decision

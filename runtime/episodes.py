@@ -27,8 +27,10 @@ from runtime.context import EpisodeContext, batch_windows
 from runtime.cost_critic import CostCritic, act_as_decided
 
 Windows = dict[str, npt.NDArray[Any]]
-Predict = Callable[[Windows], tuple[npt.NDArray[Any], npt.NDArray[Any]]]
-"""Batched windows (the six ONNX inputs) -> (action_mean, action_log_std), both [B, action_dim]."""
+GuidanceWeights = Sequence[float | None]
+Predict = Callable[[Windows, GuidanceWeights], tuple[npt.NDArray[Any], npt.NDArray[Any]]]
+"""Batched windows (the six ONNX inputs) and each row's cost guidance weight (None: the card's;
+`Policy.predict`) -> (action_mean, action_log_std), both [B, action_dim]."""
 CostInputScale = Callable[[bool, float], float]
 """(deterministic, the episode's cost limit) -> what its cost-to-go is multiplied by."""
 
@@ -184,7 +186,8 @@ def _step_together(policy: EpisodePolicy, active: list[_Running], record_steps: 
         _window(policy, episode.spec, episode.context, decision)
         for episode, decision in zip(active, decisions, strict=True)
     ]
-    mean, log_std = policy.predict(batch_windows(windows))
+    weights = [decision.guidance_weight for decision in decisions]
+    mean, log_std = policy.predict(batch_windows(windows), weights)
     return [
         _act(policy, episode, (mean[row], log_std[row]), decision, record_steps)
         for row, (episode, decision) in enumerate(zip(active, decisions, strict=True))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -148,27 +148,39 @@ class Policy:
         }
 
     def predict(
-        self, windows: Mapping[str, npt.NDArray[Any]]
+        self,
+        windows: Mapping[str, npt.NDArray[Any]],
+        guidance_weights: Sequence[float | None] | None = None,
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
         """One forward pass on a batch of windows.
 
         Args:
             windows: the six ONNX inputs with a batch axis (`stack_windows`).
+            guidance_weights: per row, the weight of the card's cost guidance (None: the card's
+                own; the budget guard sets one while it holds an episode for a cut). Without
+                guidance on the card there is nothing to weigh.
 
         Returns:
             `action_mean` and `action_log_std`, each [B, action_dim].
         """
         guidance = self.card.cost_guidance
-        if guidance is None or guidance.weight == 0:
-            mean, log_std = self.session.run(list(OUTPUT_NAMES), dict(windows))
-            return np.asarray(mean, dtype=np.float32), np.asarray(log_std, dtype=np.float32)
-        return self._guided(windows, guidance.weight, guidance.shift)
+        if guidance is not None:
+            rows = len(windows["costs_to_go"])
+            weights = _row_weights(guidance.weight, guidance_weights, rows)
+            if weights.any():
+                return self._guided(windows, weights, guidance.shift)
+        mean, log_std = self.session.run(list(OUTPUT_NAMES), dict(windows))
+        return np.asarray(mean, dtype=np.float32), np.asarray(log_std, dtype=np.float32)
 
     def _guided(
-        self, windows: Mapping[str, npt.NDArray[Any]], weight: float, shift: float
+        self,
+        windows: Mapping[str, npt.NDArray[Any]],
+        weights: npt.NDArray[np.float32],
+        shift: float,
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
         """The card's cost guidance: the windows and their contrast (`shift` more cost-to-go at
-        every real position) in one batched pass, the mean pushed away from the contrast's."""
+        every real position) in one batched pass, each row's mean pushed away from the
+        contrast's by its weight."""
         batch = len(windows["costs_to_go"])
         real = ~windows["padding_mask"]  # padding keeps its zeros, as the graph expects
         contrast = windows["costs_to_go"] + np.float32(shift) * real
@@ -177,5 +189,16 @@ class Policy:
         mean, log_std = self.session.run(list(OUTPUT_NAMES), doubled)
         own, away = mean[:batch], mean[batch:]
         low, high = self.action_bounds
-        guided = np.clip(own + weight * (own - away), low, high)
+        guided = np.clip(own + weights[:, None] * (own - away), low, high)
         return guided.astype(np.float32), np.asarray(log_std[:batch], dtype=np.float32)
+
+
+def _row_weights(
+    card_weight: float, weights: Sequence[float | None] | None, rows: int
+) -> npt.NDArray[np.float32]:
+    """The guidance weight of each of `rows` rows: the card's where none is given."""
+    if weights is None:
+        return np.full(rows, card_weight, dtype=np.float32)
+    if len(weights) != rows:
+        raise ValueError(f"{len(weights)} guidance weights for {rows} windows")
+    return np.array([card_weight if w is None else w for w in weights], dtype=np.float32)

@@ -169,11 +169,12 @@ class Inference:
         """Stop the batch threads after the batches in flight."""
         self.batcher.close()
 
-    def forward(self, policy: Policy, windows: list[Window]) -> Outputs:
-        """One forward pass over `windows`, [B, action_dim] each (batch thread, or the loop for a
-        lone call)."""
-        outputs = policy.predict(batch_windows(windows))
-        self.metrics.batch_size.observe(len(windows))
+    def forward(self, policy: Policy, pending: list[PendingAction]) -> Outputs:
+        """One forward pass over the windows of `pending`, [B, action_dim] each (batch thread,
+        or the loop for a lone call), each with its guard's guidance weight."""
+        windows = batch_windows([p.window() for p in pending])
+        outputs = policy.predict(windows, [p.decision.guidance_weight for p in pending])
+        self.metrics.batch_size.observe(len(pending))
         return outputs
 
     def _run_batch(self, jobs: list[Job]) -> list[Answer | Exception]:
@@ -257,7 +258,7 @@ class Inference:
         for group in by_policy.values():
             policy = group[0][1].policy
             try:
-                mean, log_std = self.forward(policy, [p.window() for _, p in group])
+                mean, log_std = self.forward(policy, [p for _, p in group])
             except Exception as error:  # onnxruntime raises its own types
                 failed = self._model_error(policy, error)
                 answers |= {i: failed for i, _ in group}

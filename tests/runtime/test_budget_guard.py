@@ -4,6 +4,7 @@ them (the service applies them the same way: tests/service/test_budget_guard.py)
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -132,6 +133,20 @@ def test_cut_ready_shield_watches_the_floor() -> None:
     assert guard.decide(40.0, 40, True, episode_len=100).shield_risk is None  # released
 
 
+def test_cut_ready_guidance_weighs_the_held_steps_only() -> None:
+    guard = GUARD.model_copy(update={"cut_floor": 10.0, "cut_ready_guidance": 0.0})
+    assert guard.decide(40.0, 100, True, 100, CutReadiness(0.0)).guidance_weight == 0.0
+    assert guard.decide(40.0, 40, True, 100, CutReadiness(0.0)).guidance_weight is None  # released
+    assert guard.decide(8.0, 100, True, 100, CutReadiness(2.0)).guidance_weight is None  # a limit
+    # of 10 is its own budget, not held; without the field, held steps keep the card's weight
+    assert (
+        GUARD.model_copy(update={"cut_floor": 10.0})
+        .decide(40.0, 100, True, 100, CutReadiness(0.0))
+        .guidance_weight
+        is None
+    )
+
+
 def test_guard_refuses_a_full_noise_pace_below_the_mean_action_pace() -> None:
     with pytest.raises(ValueError, match="full_noise_pace"):
         BudgetGuard(mean_action_pace=0.8, full_noise_pace=0.5)
@@ -193,7 +208,9 @@ def cost_following_policy(seen: list[np.ndarray]) -> EpisodePolicy:
     """Acts with the newest cost-to-go / 10 as its first action entry (the toy env charges a
     cost when it is over 0.5); records the cost-to-go windows it was fed."""
 
-    def predict(windows: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def predict(
+        windows: dict[str, np.ndarray], _weights: Sequence[float | None]
+    ) -> tuple[np.ndarray, np.ndarray]:
         seen.append(windows["costs_to_go"].copy())
         mean = np.zeros((windows["costs_to_go"].shape[0], 2))
         mean[:, 0] = windows["costs_to_go"][:, -1] / 10.0
@@ -218,6 +235,27 @@ def test_run_episodes_feeds_the_fallback_no_cost_left_and_counts_its_steps() -> 
     np.testing.assert_array_equal(seen[2][0], [0.0, 2.0, 1.0, 0.0])  # cost spent since
     assert result.step_costs == [1.0, 1.0] + [0.0] * 10
     assert result.guard == GuardTally(fallback=10)
+
+
+def test_run_episodes_passes_each_rows_guidance_weight_while_held() -> None:
+    weights: list[list[float | None]] = []
+    base = cost_following_policy([])
+
+    def predict(
+        windows: dict[str, np.ndarray], row_weights: Sequence[float | None]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        weights.append(list(row_weights))
+        return base.predict(windows, row_weights)
+
+    guard = base.budget_guard.model_copy(
+        update={"cut_floor": 4.0, "cut_ready_guidance": 0.5, "fallback_margin": 0}
+    )
+    policy = dataclasses.replace(base, predict=predict, budget_guard=guard)
+    held = EpisodeSpec(3, 5.0, 8.0, deterministic=True, budget_guard=True)
+    unguarded = EpisodeSpec(4, 5.0, 8.0, deterministic=True)
+    run_episodes(policy, "toy", [held, unguarded], env_factory=toy_env_factory)
+    assert weights[0] == [0.5, None]  # the held episode's row only
+    assert [row[0] for row in weights[6:]] == [None] * 6  # the second half: released
 
 
 def test_run_episodes_tells_the_model_the_budget_less_the_hidden_reserve() -> None:

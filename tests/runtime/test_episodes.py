@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -13,7 +14,9 @@ from tests.runtime.toy_env import toy_env_factory
 def recording_policy(seen: list[dict[str, np.ndarray]]) -> EpisodePolicy:
     """Acts with the newest cost-to-go (clipped) as its first action entry; records windows."""
 
-    def predict(windows: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def predict(
+        windows: dict[str, np.ndarray], _weights: Sequence[float | None]
+    ) -> tuple[np.ndarray, np.ndarray]:
         seen.append({name: value.copy() for name, value in windows.items()})
         batch = windows["costs_to_go"].shape[0]
         mean = np.zeros((batch, 2))

@@ -54,6 +54,30 @@ def test_cost_guidance_pushes_the_mean_away_from_more_cost_to_go(tmp_path: Path)
     np.testing.assert_array_equal(Policy.load(directory).predict(windows)[0], own)
 
 
+def test_each_row_may_weigh_the_guidance_its_own_way(tmp_path: Path) -> None:
+    """The budget guard's `cut_ready_guidance`: a held episode's row, not its batch's."""
+    directory = write_test_policy(tmp_path / "toy", cost_weight=0.02)
+    plain = Policy.load(directory)
+    edit_card(directory, cost_guidance={"weight": 2.0, "shift": 40.0})
+    guided = Policy.load(directory)
+    contexts = [
+        EpisodeContext.start([0.1, 0.2, 0.3], 50.0, budget, context_len=4, action_dim=2)
+        for budget in (10.0, 10.0, 40.0)
+    ]
+    windows = stack_windows(contexts)
+    card_weight, _ = guided.predict(windows)
+    mean, _ = guided.predict(windows, [0.0, None, 0.5])
+    np.testing.assert_array_equal(mean[0], plain.predict(windows)[0][0])  # weight 0: the model
+    np.testing.assert_array_equal(mean[1], card_weight[1])  # None: the card's
+    assert not np.allclose(mean[2], card_weight[2])
+    np.testing.assert_array_equal(guided.predict(windows, [None] * 3)[0], card_weight)
+    np.testing.assert_array_equal(guided.predict(windows, [0.0] * 3)[0], plain.predict(windows)[0])
+    with pytest.raises(ValueError, match="2 guidance weights for 3 windows"):
+        guided.predict(windows, [0.0, 0.0])
+    no_guidance = plain.predict(windows, [0.5, None, 3.0])[0]  # nothing to weigh
+    np.testing.assert_array_equal(no_guidance, plain.predict(windows)[0])
+
+
 def test_cost_guidance_outside_its_range_is_refused(tmp_path: Path) -> None:
     directory = write_test_policy(tmp_path / "toy")
     edit_card(directory, cost_guidance={"weight": -1.0, "shift": 40.0})

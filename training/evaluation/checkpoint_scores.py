@@ -22,7 +22,7 @@ import torch
 
 from runtime.card import CardTarget
 from runtime.context import WINDOW_NAMES
-from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec
+from runtime.episodes import EpisodePolicy, EpisodeResult, EpisodeSpec, GuidanceWeights
 from runtime.evaluation_protocol import (
     BudgetRow,
     SelectionRule,
@@ -48,7 +48,9 @@ def torch_episode_policy(
     device = next(model.parameters()).device
 
     @torch.no_grad()
-    def predict(windows: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def predict(
+        windows: dict[str, np.ndarray], _guidance_weights: GuidanceWeights
+    ) -> tuple[np.ndarray, np.ndarray]:  # no card, so no cost guidance to weigh
         inputs = [torch.as_tensor(windows[name]).to(device) for name in WINDOW_NAMES]
         mean, log_std = policy(*inputs)
         return mean.float().cpu().numpy(), log_std.float().cpu().numpy()

@@ -8,7 +8,10 @@ with more budget (docs/decisions/budget-guard.md#ready-for-a-budget-cut-2026-11-
 card's guard without a hold and with each candidate, this runs the reported budgets and the cut
 in both action modes on 40 selection episodes each, as served (guard on; a hold's budgets it
 leaves alone are no hold's episodes, and no hold that keeps every cut leaves nothing to hold
-for), and keeps:
+for). A card with cost guidance has each hold measured twice more: with the card's guidance
+and with each `--held-guidance` weight while held (`cut_ready_guidance`: the guidance makes a
+model told the floor timid, where the hold's shield and fallback keep the floor anyway). It
+keeps:
 
 1. among the holds that give up at most `--max-reward-given-up` normalised reward points against
    no hold in every steady row, with no more episodes over in any steady row than no hold's
@@ -65,11 +68,16 @@ READY_FROM = (0.0, (sorted(REPORTED_BUDGETS)[-2] + max(REPORTED_BUDGETS)) / 2)
 (DroneCircle spends little of 20 early and keeps a cut from it unheld)."""
 
 
-def describe_hold(ready_from: float | None) -> str:
-    """`hold to 10 from limit 30`, or `no hold` (None)."""
+HELD_GUIDANCE = (0.0,)
+"""Candidate guidance weights while held, beside the card's own (a card with cost guidance)."""
+
+
+def describe_hold(ready_from: float | None, guidance: float | None = None) -> str:
+    """`hold to 10 from limit 30` (`, guidance 0 while held`), or `no hold` (None)."""
     if ready_from is None:
         return "no hold"
-    return f"hold to {CUT[1]:g} from limit {ready_from:g}"
+    held = "" if guidance is None else f", guidance {guidance:g} while held"
+    return f"hold to {CUT[1]:g} from limit {ready_from:g}{held}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,10 +98,12 @@ class CutCandidate(MeasuredGuard):
 
     cut_rows: list[CutRow] = dataclasses.field(default_factory=list)
     ready_from: float | None = None
+    guidance: float | None = None
+    """The guidance weight while held (None: the card's)."""
 
     @property
     def setting(self) -> str:
-        return describe_hold(self.ready_from)
+        return describe_hold(self.ready_from, self.guidance)
 
     @property
     def cut_share_over(self) -> float:
@@ -102,6 +112,7 @@ class CutCandidate(MeasuredGuard):
     def as_json(self, unheld: CutCandidate) -> dict[str, Any]:
         return {
             "cut_ready_from": self.ready_from,
+            "cut_ready_guidance": self.guidance,
             "worst_share_over": self.worst_share_over,
             "cut_share_over": self.cut_share_over,
             "reward_mean": self.reward,
@@ -111,10 +122,14 @@ class CutCandidate(MeasuredGuard):
         }
 
 
-def held_guard(guard: BudgetGuard, ready_from: float | None) -> BudgetGuard:
-    """`guard` holding budgets from `ready_from` to the cut's floor (None: no hold)."""
+def held_guard(
+    guard: BudgetGuard, ready_from: float | None, guidance: float | None = None
+) -> BudgetGuard:
+    """`guard` holding budgets from `ready_from` to the cut's floor (None: no hold), with
+    `guidance` as the cost guidance's weight while held (None: the card's)."""
     floor = 0.0 if ready_from is None else CUT[1]
-    return guard.model_copy(update={"cut_floor": floor, "cut_ready_from": ready_from or 0.0})
+    held = {"cut_floor": floor, "cut_ready_from": ready_from or 0.0}
+    return guard.model_copy(update=held | {"cut_ready_guidance": guidance})
 
 
 def cut_rows(model_dir: Path, card: ModelCard, episodes: int, workers: int) -> list[CutRow]:
@@ -143,22 +158,41 @@ def held_budgets(ready_from: float) -> list[float]:
     return [budget for budget in REPORTED_BUDGETS if budget > CUT[1] and budget >= ready_from]
 
 
+def holds(
+    card: ModelCard, settings: Sequence[float], guidance: Sequence[float] = HELD_GUIDANCE
+) -> list[tuple[float, float | None]]:
+    """(cut_ready_from, guidance weight while held) of every hold to measure: each setting with
+    the card's guidance, then with each of `guidance` where the card has guidance to weigh."""
+    weights: list[float | None] = [None]
+    if card.cost_guidance is not None and card.cost_guidance.weight > 0:
+        weights += [weight for weight in guidance if weight != card.cost_guidance.weight]
+    return [(ready_from, weight) for weight in weights for ready_from in settings]
+
+
 def measure(
-    model_dir: Path, card: ModelCard, settings: Sequence[float], episodes: int, workers: int
+    model_dir: Path,
+    card: ModelCard,
+    settings: Sequence[float],
+    episodes: int,
+    workers: int,
+    guidance: Sequence[float] = HELD_GUIDANCE,
 ) -> list[CutCandidate]:
-    """No hold's steady and cut rows on the selection seeds, then each hold's, running only what
-    the hold changes: no hold's steady rows stand for the budgets it leaves alone, and where no
-    hold already keeps every cut no hold can keep more (`choose`), so none is run."""
+    """No hold's steady and cut rows on the selection seeds, then each hold's (`holds`),
+    running only what the hold changes: no hold's steady rows stand for the budgets it leaves
+    alone, and where no hold already keeps every cut no hold can keep more (`choose`), so none
+    is run."""
     with tempfile.TemporaryDirectory(prefix="cdt-cut-ready-") as folder:
         scratch = Path(folder)
-        unheld = _measured(model_dir, scratch, card, None, REPORTED_BUDGETS, episodes, workers)
+        unheld = _measured(
+            model_dir, scratch, card, (None, None), REPORTED_BUDGETS, episodes, workers
+        )
         if unheld.cut_share_over == 0:
             logger.info("no hold keeps every cut: the holds are not measured")
             return [unheld]
         measured = [unheld]
-        for ready_from in settings:
-            budgets = held_budgets(ready_from)
-            held = _measured(model_dir, scratch, card, ready_from, budgets, episodes, workers)
+        for hold in holds(card, settings, guidance):
+            budgets = held_budgets(hold[0])
+            held = _measured(model_dir, scratch, card, hold, budgets, episodes, workers)
             fresh = {row_key(row): row for row in held.rows}
             rows = [fresh.get(row_key(row), row) for row in unheld.rows]
             measured.append(dataclasses.replace(held, rows=rows))
@@ -169,18 +203,19 @@ def _measured(
     model_dir: Path,
     scratch: Path,
     card: ModelCard,
-    ready_from: float | None,
+    hold: tuple[float | None, float | None],
     budgets: Sequence[float],
     episodes: int,
     workers: int,
 ) -> CutCandidate:
     """One setting's rows at `budgets` and its cut rows, run on a copy of the model in `scratch`
-    whose card holds as `ready_from` says (no hold included: the card on disk may hold)."""
-    label = describe_hold(ready_from)
-    guard = held_guard(card.guard, ready_from)
-    copy = copy_with_guard(model_dir, scratch / label.replace(" ", "-"), guard)
+    whose card holds as `hold` (cut_ready_from, guidance while held) says (no hold included:
+    the card on disk may hold)."""
+    label = describe_hold(*hold)
+    guard = held_guard(card.guard, *hold)
+    copy = copy_with_guard(model_dir, scratch / label.replace(" ", "-").replace(",", ""), guard)
     rows = served_selection_rows(copy, card, episodes, workers, label, budgets)
-    measured = CutCandidate(rows, cut_rows(copy, card, episodes, workers), ready_from)
+    measured = CutCandidate(rows, cut_rows(copy, card, episodes, workers), *hold)
     logger.info("%s: %.0f %% over after the cut", label, 100 * measured.cut_share_over)
     return measured
 
@@ -209,11 +244,12 @@ def cut_ready_model(
     episodes: int = EPISODES,
     max_reward_given_up: float = MAX_REWARD_GIVEN_UP,
     workers: int = 2,
+    guidance: Sequence[float] = HELD_GUIDANCE,
 ) -> CutCandidate:
-    """Measure no hold and each setting, choose, and write the card."""
+    """Measure no hold and each hold, choose, and write the card."""
     card = load_policy(model_dir, writes_card=True).card
     card = card.model_copy(update={"budget_guard": held_guard(card.guard, None)})
-    candidates = measure(model_dir, card, settings, episodes, workers)
+    candidates = measure(model_dir, card, settings, episodes, workers, guidance)
     chosen = choose(candidates, MAX_SHARE_OVER, max_reward_given_up)
     choice = {
         "split": "selection",
@@ -221,11 +257,12 @@ def cut_ready_model(
         "cut": list(CUT),
         "max_reward_given_up": max_reward_given_up,
         "candidates": [candidate.as_json(candidates[0]) for candidate in candidates],
-        "chosen": {"cut_ready_from": chosen.ready_from},
+        "chosen": {"cut_ready_from": chosen.ready_from, "cut_ready_guidance": chosen.guidance},
         "finished": True,
     }
     record_evaluation(model_dir, "cut_ready", choice)
-    set_guard(model_dir, read_card(model_dir), held_guard(card.guard, chosen.ready_from))
+    chosen_guard = held_guard(card.guard, chosen.ready_from, chosen.guidance)
+    set_guard(model_dir, read_card(model_dir), chosen_guard)
     entry = LedgerEntry(
         "cut-ready", str(model_dir), chosen.setting, task=card.task, split="selection"
     )
@@ -239,8 +276,13 @@ def _served_row(evaluation: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
     record = evaluation.get("cut_ready") or {}
     if not record.get("finished"):
         return None
-    chosen = record["chosen"]["cut_ready_from"]
-    return record, next(each for each in record["candidates"] if each["cut_ready_from"] == chosen)
+    chosen = record["chosen"]
+    hold = (chosen["cut_ready_from"], chosen.get("cut_ready_guidance"))
+    return record, next(
+        each
+        for each in record["candidates"]
+        if (each["cut_ready_from"], each.get("cut_ready_guidance")) == hold
+    )  # records of before the guidance while held name none: the card's
 
 
 def served_worst_share_over(evaluation: dict[str, Any]) -> float | None:
@@ -279,6 +321,13 @@ def _parser() -> argparse.ArgumentParser:
         default=list(READY_FROM),
         help="candidate cut_ready_from limits (0: every budget above the floor)",
     )
+    parser.add_argument(
+        "--held-guidance",
+        type=non_negative_float,
+        nargs="*",
+        default=list(HELD_GUIDANCE),
+        help="candidate guidance weights while held, beside the card's (a card with guidance)",
+    )
     parser.add_argument("--episodes", type=positive_int, default=EPISODES, help="episodes per row")
     parser.add_argument(
         "--max-reward-given-up", type=non_negative_float, default=MAX_REWARD_GIVEN_UP
@@ -293,7 +342,12 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = _parser().parse_args(argv)
     chosen = cut_ready_model(
-        args.model_dir, args.ready_from, args.episodes, args.max_reward_given_up, args.workers
+        args.model_dir,
+        args.ready_from,
+        args.episodes,
+        args.max_reward_given_up,
+        args.workers,
+        args.held_guidance,
     )
     print(
         f"cdt cut-ready: {chosen.setting} ({chosen.cut_share_over:.0%} over after the cut "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +32,11 @@ def recorded(
 ) -> EpisodePolicy:
     """`policy`, keeping each forward pass's windows (and mean actions, when asked)."""
 
-    def predict(batch: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def predict(
+        batch: dict[str, np.ndarray], weights: Sequence[float | None]
+    ) -> tuple[np.ndarray, np.ndarray]:
         windows.append({name: value.copy() for name, value in batch.items()})
-        mean, log_std = policy.predict(batch)
+        mean, log_std = policy.predict(batch, weights)
         if means is not None:
             means.append(mean[0].copy())
         return mean, log_std

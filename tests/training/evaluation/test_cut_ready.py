@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from runtime.budget_guard import BudgetGuard
-from runtime.card import read_card, update_card
+from runtime.card import CostGuidance, read_card, update_card
 from runtime.policy import Policy
 from tests.training.evaluation.guard_rows import (
     record_measured_rows,
@@ -19,6 +19,7 @@ from training.evaluation.cut_ready import (
     CutRow,
     choose,
     held_guard,
+    holds,
     main,
     measure,
     served_verdict,
@@ -28,11 +29,15 @@ from training.evaluation.shield import copy_with_guard
 
 
 def candidate(
-    ready_from: float | None, share_over: float, reward: float, cut_over: float
+    ready_from: float | None,
+    share_over: float,
+    reward: float,
+    cut_over: float,
+    guidance: float | None = None,
 ) -> CutCandidate:
     rows = steady_rows(share_over, reward)
     cut_rows = [CutRow(mode, 20, cut_over, 8.0, reward) for mode in (False, True)]
-    return CutCandidate(rows, cut_rows, ready_from)
+    return CutCandidate(rows, cut_rows, ready_from, guidance)
 
 
 def test_choose_holds_only_where_it_keeps_more_cuts_within_the_reward_bar() -> None:
@@ -53,6 +58,8 @@ def test_held_guard_sets_the_floor_and_where_it_starts() -> None:
     held = held_guard(guard, 30.0)
     assert (held.cut_floor, held.cut_ready_from, held.shield_margin) == (10.0, 30.0, 15.0)
     assert held_guard(held, None).cut_floor == 0.0
+    assert held_guard(guard, 30.0, 0.0).cut_ready_guidance == 0.0
+    assert held_guard(held_guard(guard, 30.0, 0.0), None).cut_ready_guidance is None
 
 
 @pytest.fixture
@@ -134,8 +141,37 @@ def test_cdt_cut_ready_records_every_candidate_and_sets_the_chosen_guard(
     record = (card.evaluation or {})["cut_ready"]
     assert [entry["cut_ready_from"] for entry in record["candidates"]] == [None, 0.0, 30.0]
     assert record["candidates"][2]["reward_given_up"] == pytest.approx(1.0)
-    assert record["chosen"] == {"cut_ready_from": 30.0} and record["finished"]
+    assert record["chosen"] == {"cut_ready_from": 30.0, "cut_ready_guidance": None}
+    assert record["finished"] and card.guard.cut_ready_guidance is None
     assert "hold to 10 from limit 30 (5% over after the cut 40 -> 10)" in capsys.readouterr().out
+
+
+def test_a_hold_with_its_own_guidance_weight_is_chosen_and_served_as_measured(
+    toy_policy: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    measured = [candidate(None, 0.0, 60.0, 1.0), candidate(30.0, 0.0, 50.0, 0.0)]
+    measured.append(candidate(30.0, 0.0, 61.0, 0.05, guidance=0.0))  # within the reward bar
+    monkeypatch.setattr(cut_ready_module, "measure", lambda *args, **kw: measured)
+    main([str(toy_policy)])
+    card = read_card(toy_policy)
+    assert (card.guard.cut_ready_from, card.guard.cut_ready_guidance) == (30.0, 0.0)
+    record = (card.evaluation or {})["cut_ready"]
+    assert record["chosen"] == {"cut_ready_from": 30.0, "cut_ready_guidance": 0.0}
+    assert "5% over 10 after a cut from 40" in (served_verdict(card.evaluation or {}) or "")
+    out = capsys.readouterr().out
+    assert "hold to 10 from limit 30, guidance 0 while held (5% over after the cut" in out
+
+
+def test_holds_weigh_the_guidance_while_held_only_on_a_card_with_guidance(
+    toy_policy: Path,
+) -> None:
+    card = Policy.load(toy_policy).card
+    assert holds(card, [0.0, 30.0]) == [(0.0, None), (30.0, None)]  # the toy has no guidance
+    guided = card.model_copy(update={"cost_guidance": CostGuidance(weight=1.5, shift=40.0)})
+    assert holds(guided, [30.0], [0.0, 0.5]) == [(30.0, None), (30.0, 0.0), (30.0, 0.5)]
+    assert holds(guided, [30.0], [1.5]) == [(30.0, None)]  # the card's own, once
+    unweighted = card.model_copy(update={"cost_guidance": CostGuidance(weight=0.0, shift=40.0)})
+    assert holds(unweighted, [30.0]) == [(30.0, None)]
 
 
 def test_cdt_cut_ready_refuses_a_folder_without_a_model_in_one_line(
