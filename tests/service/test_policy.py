@@ -31,16 +31,24 @@ def test_policy_load_predicts_mean_and_log_std(tmp_path: Path) -> None:
     assert policy.card.training_config == {"seed": 0} and policy.card.model_extra == {}
 
 
-def test_cost_guidance_pushes_the_mean_away_from_more_cost_to_go(tmp_path: Path) -> None:
-    directory = write_test_policy(tmp_path / "toy", cost_weight=0.02)
+def _plain_and_guided(
+    directory: Path, budgets: tuple[float, ...]
+) -> tuple[Policy, Policy, dict[str, np.ndarray]]:
+    """The toy policy without and with guidance (weight 2, shift 40), and one window per
+    budget."""
+    write_test_policy(directory, cost_weight=0.02)
     plain = Policy.load(directory)
     edit_card(directory, cost_guidance={"weight": 2.0, "shift": 40.0})
-    guided = Policy.load(directory)
     contexts = [
         EpisodeContext.start([0.1, 0.2, 0.3], 50.0, budget, context_len=4, action_dim=2)
-        for budget in (0.0, 10.0, 40.0)
+        for budget in budgets
     ]
-    windows = stack_windows(contexts)
+    return plain, Policy.load(directory), stack_windows(contexts)
+
+
+def test_cost_guidance_pushes_the_mean_away_from_more_cost_to_go(tmp_path: Path) -> None:
+    directory = tmp_path / "toy"
+    plain, guided, windows = _plain_and_guided(directory, (0.0, 10.0, 40.0))
     own, log_std = plain.predict(windows)
     more = dict(windows)
     more["costs_to_go"] = windows["costs_to_go"] + np.float32(40.0) * ~windows["padding_mask"]
@@ -56,15 +64,7 @@ def test_cost_guidance_pushes_the_mean_away_from_more_cost_to_go(tmp_path: Path)
 
 def test_each_row_may_weigh_the_guidance_its_own_way(tmp_path: Path) -> None:
     """The budget guard's `cut_ready_guidance`: a held episode's row, not its batch's."""
-    directory = write_test_policy(tmp_path / "toy", cost_weight=0.02)
-    plain = Policy.load(directory)
-    edit_card(directory, cost_guidance={"weight": 2.0, "shift": 40.0})
-    guided = Policy.load(directory)
-    contexts = [
-        EpisodeContext.start([0.1, 0.2, 0.3], 50.0, budget, context_len=4, action_dim=2)
-        for budget in (10.0, 10.0, 40.0)
-    ]
-    windows = stack_windows(contexts)
+    plain, guided, windows = _plain_and_guided(tmp_path / "toy", (10.0, 10.0, 40.0))
     card_weight, _ = guided.predict(windows)
     mean, _ = guided.predict(windows, [0.0, None, 0.5])
     np.testing.assert_array_equal(mean[0], plain.predict(windows)[0][0])  # weight 0: the model

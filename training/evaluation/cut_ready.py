@@ -8,10 +8,9 @@ with more budget (docs/decisions/budget-guard.md#ready-for-a-budget-cut-2026-11-
 card's guard without a hold and with each candidate, this runs the reported budgets and the cut
 in both action modes on 40 selection episodes each, as served (guard on; a hold's budgets it
 leaves alone are no hold's episodes, and no hold that keeps every cut leaves nothing to hold
-for). A card with cost guidance has each hold measured twice more: with the card's guidance
-and with each `--held-guidance` weight while held (`cut_ready_guidance`: the guidance makes a
-model told the floor timid, where the hold's shield and fallback keep the floor anyway). It
-keeps:
+for). On a card with cost guidance each hold is measured again with each `--held-guidance`
+weight while held (`cut_ready_guidance`: the guidance makes a model told the floor timid, where
+the hold's shield and fallback keep the floor anyway). It keeps:
 
 1. among the holds that give up at most `--max-reward-given-up` normalised reward points against
    no hold in every steady row, with no more episodes over in any steady row than no hold's
@@ -128,8 +127,8 @@ def held_guard(
     """`guard` holding budgets from `ready_from` to the cut's floor (None: no hold), with
     `guidance` as the cost guidance's weight while held (None: the card's)."""
     floor = 0.0 if ready_from is None else CUT[1]
-    held = {"cut_floor": floor, "cut_ready_from": ready_from or 0.0}
-    return guard.model_copy(update=held | {"cut_ready_guidance": guidance})
+    held = {"cut_floor": floor, "cut_ready_from": ready_from or 0.0, "cut_ready_guidance": guidance}
+    return guard.model_copy(update=held)
 
 
 def cut_rows(model_dir: Path, card: ModelCard, episodes: int, workers: int) -> list[CutRow]:
