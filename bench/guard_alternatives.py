@@ -6,9 +6,9 @@
 Runs `runtime.episodes.run_episodes` (the loop every offline evaluation runs, with the service's
 guard code) on an exported model, once per alternative, on the same seeds. An alternative is a
 name below or `NAME={"field": value}` with `runtime.budget_guard.BudgetGuard` fields. It prints,
-per budget and action mode, the share of episodes over budget, mean and 90th-percentile cost,
-normalised reward and its difference to the first alternative, guarded steps per episode and the
-mean cost spent by mid-episode (what a budget cut there finds spent).
+per budget and action mode, the share of episodes over budget, mean, 90th-percentile and largest
+cost, normalised reward and its difference to the first alternative, guarded steps per episode
+and the mean cost spent by mid-episode (what a budget cut there finds spent).
 Figures only; `bench/budget_guard.py` measures the shipped guard from outside, through the
 service.
 """
@@ -67,7 +67,8 @@ def row(
     first: float,
     mid: int,
 ) -> tuple[float, str]:
-    """The normalised reward of one run, and its share over, mean and p90 cost, reward, reward
+    """The normalised reward of one run, and its share over, mean, p90 and largest cost (how
+    far the worst episode went over), reward, reward
     against `first` (the row's first alternative; nan: this is it), guarded steps and the mean
     cost of the first `mid` steps."""
     costs = np.array([result.cost for result in results])
@@ -77,7 +78,7 @@ def row(
     against = "" if np.isnan(first) else f"{reward - first:+.1f}"
     return reward, (
         f"{np.mean(costs > limit):.0%} | {costs.mean():.1f} | {np.quantile(costs, 0.9):.0f} "
-        f"| {reward:.1f} | {against} | {guarded:.0f} | {by_mid:.1f}"
+        f"| {costs.max():.0f} | {reward:.1f} | {against} | {guarded:.0f} | {by_mid:.1f}"
     )
 
 
@@ -98,10 +99,10 @@ def main(argv: list[str] | None = None) -> None:
     card, base = policy.card, onnx_episode_policy(policy)
     reward_range = card.reward_return_range or (0.0, 1.0)
     header = (
-        "| budget | actions | alternative | over | cost | p90 cost | reward | against the first "
-        "| guarded steps | cost by mid-episode |"
+        "| budget | actions | alternative | over | cost | p90 cost | most cost | reward "
+        "| against the first | guarded steps | cost by mid-episode |"
     )
-    print(f"{args.model}\n{header}\n|---|---|---|---|---|---|---|---|---|---|")
+    print(f"{args.model}\n{header}\n|---|---|---|---|---|---|---|---|---|---|---|")
     for budget in args.budgets:
         for deterministic in (mode == "mean" for mode in args.modes):
             first = float("nan")

@@ -8,7 +8,8 @@ more the episode cannot go over any more, and the guard stands aside. Below that
 
 - through the first `cut_ready_until` of the episode, a budget above `cut_floor` counts as
   `cut_floor` (all that follows acts on that), so a cut to it finds it unspent; a card's
-  `cut_ready_guidance` sets the cost guidance's weight while so held;
+  `cut_ready_guidance` sets the cost guidance's weight while so held, and `cut_ready_release`
+  lets the rest of the budget in over a share of the episode instead of at once;
 - the model is told `hidden_reserve` less budget than is left (and, with `early_scale` below 1,
   only a share of it early in the episode), so its own plan ends with something in reserve;
 - `less_noise`: a sampled episode's noise shrinks with the pace, from `full_noise_pace` down
@@ -138,6 +139,10 @@ class BudgetGuard(BaseModel):
     """Share of the episode through which the guard treats a budget above the cut floor as the
     floor (the budget told, the noise, the fallback and the shield all act on it), so a cut to
     the floor in that time finds it unspent; the rest of the budget is free after."""
+    cut_ready_release: float = Field(default=0.0, ge=0, le=1)
+    """Share of the episode after `cut_ready_until` through which the held budget rises
+    linearly from the floor to the episode's own (0: all of it at once), so the model is not
+    told a much larger budget from one step to the next."""
     cut_ready_guidance: float | None = Field(default=None, ge=0, le=10)
     """The weight of the card's cost guidance while an episode is held for a cut (None: the
     card's own). The guidance makes a model told a small budget timid; held, the floor, the
@@ -179,8 +184,13 @@ class BudgetGuard(BaseModel):
         if floor is None:  # the card's, for limits from `cut_ready_from` up
             limit = remaining_cost + cut.cost_spent
             floor = self.cut_floor if limit >= self.cut_ready_from else 0.0
-        if floor == 0 or _done(steps_left, episode_len) >= self.cut_ready_until:
+        done = _done(steps_left, episode_len)
+        if floor == 0 or done >= self.cut_ready_until + self.cut_ready_release:
             return remaining_cost
+        if done > self.cut_ready_until:  # releasing: the floor rises to the episode's limit
+            limit = remaining_cost + cut.cost_spent
+            share = (done - self.cut_ready_until) / self.cut_ready_release
+            floor += max(limit - floor, 0.0) * share
         return min(remaining_cost, max(floor - cut.cost_spent, 0.0))
 
     def decide(

@@ -125,6 +125,21 @@ def test_an_episodes_own_cut_floor_overrides_the_cards() -> None:
     assert carded.decide(40.0, 100, True, 100, CutReadiness(0.0, floor=0.0)) == UNGUARDED
 
 
+def test_cut_ready_release_raises_the_held_budget_to_the_limit_step_by_step() -> None:
+    guard = GUARD.model_copy(
+        update={"cut_floor": 10.0, "cut_ready_until": 0.5, "cut_ready_release": 0.2}
+    )
+    spent = CutReadiness(6.0)  # a limit of 40, 34 left
+    assert guard.guarded_budget(34.0, 50, 100, spent) == 4.0  # half gone: still the floor
+    assert guard.guarded_budget(34.0, 40, 100, spent) == pytest.approx(19.0)  # floor now 25
+    assert guard.guarded_budget(34.0, 30, 100, spent) == 34.0  # released: its own
+    assert guard.guarded_budget(2.0, 40, 100, CutReadiness(8.0)) == 2.0  # a limit of 10: its own
+    cut = guard.guarded_budget(4.0, 40, 100, spent)  # cut to 10 while releasing: the cut's
+    assert cut == 4.0
+    at_once = GUARD.model_copy(update={"cut_floor": 10.0, "cut_ready_until": 0.5})
+    assert at_once.guarded_budget(34.0, 49, 100, spent) == 34.0
+
+
 def test_cut_ready_shield_watches_the_floor() -> None:
     guard = GUARD.model_copy(
         update={"cut_floor": 10.0, "cut_ready_until": 0.5, "shield_margin": 15.0}
