@@ -68,9 +68,8 @@ def row(
     mid: int,
 ) -> tuple[float, str]:
     """The normalised reward of one run, and its share over, mean, p90 and largest cost (how
-    far the worst episode went over), reward, reward
-    against `first` (the row's first alternative; nan: this is it), guarded steps and the mean
-    cost of the first `mid` steps."""
+    far the worst episode went over), reward, reward against `first` (the row's first
+    alternative; nan: this is it), guarded steps and the mean cost of the first `mid` steps."""
     costs = np.array([result.cost for result in results])
     reward = normalised_reward(float(np.mean([result.reward for result in results])), reward_range)
     guarded = np.mean([result.guard.guarded_steps for result in results])

@@ -179,16 +179,15 @@ class BudgetGuard(BaseModel):
         self, remaining_cost: float, steps_left: int, episode_len: int, cut: CutReadiness
     ) -> float:
         """The budget left the guard acts on: what is left of the cut floor while the episode is
-        kept ready for a cut to it, else the episode's own."""
-        floor = cut.floor
+        kept ready for a cut to it (rising to the episode's own while released), else the
+        episode's own."""
+        limit, floor = remaining_cost + cut.cost_spent, cut.floor
         if floor is None:  # the card's, for limits from `cut_ready_from` up
-            limit = remaining_cost + cut.cost_spent
             floor = self.cut_floor if limit >= self.cut_ready_from else 0.0
         done = _done(steps_left, episode_len)
         if floor == 0 or done >= self.cut_ready_until + self.cut_ready_release:
             return remaining_cost
         if done > self.cut_ready_until:  # releasing: the floor rises to the episode's limit
-            limit = remaining_cost + cut.cost_spent
             share = (done - self.cut_ready_until) / self.cut_ready_release
             floor += max(limit - floor, 0.0) * share
         return min(remaining_cost, max(floor - cut.cost_spent, 0.0))
