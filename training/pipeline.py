@@ -61,8 +61,9 @@ class PipelineConfig:
       shield, then 240 for each of 6 settings (160 at margin 25: its budget-10 rows are
       margin 15's episodes; none where no episode went over without one)
     - cut-ready: whether the guard holds budgets for a mid-episode cut, in model.json, 320
-      selection episodes without a hold, then 240 and 160 for the two holds (none where no
-      hold keeps every cut)
+      selection episodes without a hold, then 240 and 160 for the two holds, as many again
+      with the guidance off while held (a card with guidance), and 320 for each of those with
+      a shield of its own (a card with a critic); none where no hold keeps every cut
     - evaluate: reports/<name>/evaluation_protocol.json (guard on, as served) and
       evaluation_protocol_unguarded.json
 

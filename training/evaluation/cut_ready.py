@@ -10,7 +10,10 @@ in both action modes on 40 selection episodes each, as served (guard on; a hold'
 leaves alone are no hold's episodes, and no hold that keeps every cut leaves nothing to hold
 for). On a card with cost guidance each hold is measured again with each `--held-guidance`
 weight while held (`cut_ready_guidance`: the guidance makes a model told the floor timid, where
-the hold's shield and fallback keep the floor anyway). It keeps:
+the hold's shield and fallback keep the floor anyway). On a card with a cost critic each of
+those is measured once more with the shield on through the whole of the largest budget at each
+`--held-shield-risk` (after the hold, the card's shield may come too late: CarCircle's car
+leaves its ring at the release, before 25 are left). It keeps:
 
 1. among the holds that give up at most `--max-reward-given-up` normalised reward points against
    no hold in every steady row, with no more episodes over in any steady row than no hold's
@@ -69,13 +72,27 @@ READY_FROM = (0.0, (sorted(REPORTED_BUDGETS)[-2] + max(REPORTED_BUDGETS)) / 2)
 
 HELD_GUIDANCE = (0.0,)
 """Candidate guidance weights while held, beside the card's own (a card with cost guidance)."""
+HELD_SHIELD_RISKS = (1.5,)
+"""Candidate risks of a shield on through the whole largest budget, beside the card's shield (a
+card with a cost critic; CarCircle's choice, docs/decisions/budget-guard.md)."""
+SHIELD_FROM = max(REPORTED_BUDGETS)
+"""Such a shield's margin: it checks every step of an episode of the largest budget."""
+
+Hold = tuple[float | None, float | None, float | None]
+"""(cut_ready_from, guidance weight while held, shield risk from `SHIELD_FROM` left); None:
+no hold, the card's guidance, the card's shield."""
 
 
-def describe_hold(ready_from: float | None, guidance: float | None = None) -> str:
-    """`hold to 10 from limit 30` (`, guidance 0 while held`), or `no hold` (None)."""
+def describe_hold(
+    ready_from: float | None, guidance: float | None = None, shield_risk: float | None = None
+) -> str:
+    """`hold to 10 from limit 30` (`, guidance 0 while held`, `, shield from 40 at risk 1.5`),
+    or `no hold` (None)."""
     if ready_from is None:
         return "no hold"
     held = "" if guidance is None else f", guidance {guidance:g} while held"
+    if shield_risk is not None:
+        held += f", shield from {SHIELD_FROM:g} at risk {shield_risk:g}"
     return f"hold to {CUT[1]:g} from limit {ready_from:g}{held}"
 
 
@@ -99,10 +116,12 @@ class CutCandidate(MeasuredGuard):
     ready_from: float | None = None
     guidance: float | None = None
     """The guidance weight while held (None: the card's)."""
+    shield_risk: float | None = None
+    """The risk of a shield from `SHIELD_FROM` left (None: the card's shield)."""
 
     @property
     def setting(self) -> str:
-        return describe_hold(self.ready_from, self.guidance)
+        return describe_hold(self.ready_from, self.guidance, self.shield_risk)
 
     @property
     def cut_share_over(self) -> float:
@@ -112,6 +131,7 @@ class CutCandidate(MeasuredGuard):
         return {
             "cut_ready_from": self.ready_from,
             "cut_ready_guidance": self.guidance,
+            "shield_risk": self.shield_risk,
             "worst_share_over": self.worst_share_over,
             "cut_share_over": self.cut_share_over,
             "reward_mean": self.reward,
@@ -122,12 +142,22 @@ class CutCandidate(MeasuredGuard):
 
 
 def held_guard(
-    guard: BudgetGuard, ready_from: float | None, guidance: float | None = None
+    guard: BudgetGuard,
+    ready_from: float | None,
+    guidance: float | None = None,
+    shield_risk: float | None = None,
 ) -> BudgetGuard:
     """`guard` holding budgets from `ready_from` to the cut's floor (None: no hold), with
-    `guidance` as the cost guidance's weight while held (None: the card's)."""
+    `guidance` as the cost guidance's weight while held (None: the card's) and the shield from
+    `SHIELD_FROM` left at `shield_risk` (None: the card's shield)."""
     floor = 0.0 if ready_from is None else CUT[1]
-    held = {"cut_floor": floor, "cut_ready_from": ready_from or 0.0, "cut_ready_guidance": guidance}
+    held: dict[str, float | None] = {
+        "cut_floor": floor,
+        "cut_ready_from": ready_from or 0.0,
+        "cut_ready_guidance": guidance,
+    }
+    if shield_risk is not None:
+        held |= {"shield_margin": SHIELD_FROM, "shield_risk": shield_risk}
     return guard.model_copy(update=held)
 
 
@@ -150,22 +180,41 @@ def cut_rows(model_dir: Path, card: ModelCard, episodes: int, workers: int) -> l
     return rows
 
 
-def held_budgets(ready_from: float) -> list[float]:
-    """The reported budgets a hold from `ready_from` acts on: those above the floor and from
-    `ready_from` up. At the others it leaves the guard as it is (`BudgetGuard.guarded_budget`),
-    so their episodes are no hold's, step for step."""
-    return [budget for budget in REPORTED_BUDGETS if budget > CUT[1] and budget >= ready_from]
+def held_budgets(hold: Hold) -> list[float]:
+    """The reported budgets a hold acts on: with the card's shield, those above the floor and
+    from its `cut_ready_from` up. At the others it leaves the guard as it is
+    (`BudgetGuard.guarded_budget`), so their episodes are no hold's, step for step; a shield of
+    its own acts on every budget."""
+    ready_from, _, shield_risk = hold
+    if shield_risk is not None:
+        return list(REPORTED_BUDGETS)
+    return [
+        budget for budget in REPORTED_BUDGETS if budget > CUT[1] and budget >= (ready_from or 0)
+    ]
 
 
 def holds(
-    card: ModelCard, settings: Sequence[float], guidance: Sequence[float] = HELD_GUIDANCE
-) -> list[tuple[float, float | None]]:
-    """(cut_ready_from, guidance weight while held) of every hold to measure: each setting with
-    the card's guidance, then with each of `guidance` where the card has guidance to weigh."""
+    card: ModelCard,
+    settings: Sequence[float],
+    guidance: Sequence[float] = HELD_GUIDANCE,
+    shield_risks: Sequence[float] = HELD_SHIELD_RISKS,
+) -> list[Hold]:
+    """Every hold to measure: each setting with the card's guidance, then with each of
+    `guidance` where the card has guidance to weigh; on a card with a cost critic, each of
+    those again with the shield from `SHIELD_FROM` left at each of `shield_risks`."""
     weights: list[float | None] = [None]
     if card.cost_guidance is not None and card.cost_guidance.weight > 0:
         weights += [weight for weight in guidance if weight != card.cost_guidance.weight]
-    return [(ready_from, weight) for weight in weights for ready_from in settings]
+    shields: list[float | None] = [None]
+    if card.cost_critic is not None:
+        own = (card.guard.shield_margin, card.guard.shield_risk)
+        shields += [risk for risk in shield_risks if own != (SHIELD_FROM, risk)]  # not twice
+    return [
+        (ready_from, weight, risk)
+        for risk in shields
+        for weight in weights
+        for ready_from in settings
+    ]
 
 
 def measure(
@@ -175,6 +224,7 @@ def measure(
     episodes: int,
     workers: int,
     guidance: Sequence[float] = HELD_GUIDANCE,
+    shield_risks: Sequence[float] = HELD_SHIELD_RISKS,
 ) -> list[CutCandidate]:
     """No hold's steady and cut rows on the selection seeds, then each hold's (`holds`),
     running only what the hold changes: no hold's steady rows stand for the budgets it leaves
@@ -183,14 +233,14 @@ def measure(
     with tempfile.TemporaryDirectory(prefix="cdt-cut-ready-") as folder:
         scratch = Path(folder)
         unheld = _measured(
-            model_dir, scratch, card, (None, None), REPORTED_BUDGETS, episodes, workers
+            model_dir, scratch, card, (None, None, None), REPORTED_BUDGETS, episodes, workers
         )
         if unheld.cut_share_over == 0:
             logger.info("no hold keeps every cut: the holds are not measured")
             return [unheld]
         measured = [unheld]
-        for hold in holds(card, settings, guidance):
-            budgets = held_budgets(hold[0])
+        for hold in holds(card, settings, guidance, shield_risks):
+            budgets = held_budgets(hold)
             held = _measured(model_dir, scratch, card, hold, budgets, episodes, workers)
             fresh = {row_key(row): row for row in held.rows}
             rows = [fresh.get(row_key(row), row) for row in unheld.rows]
@@ -202,14 +252,13 @@ def _measured(
     model_dir: Path,
     scratch: Path,
     card: ModelCard,
-    hold: tuple[float | None, float | None],
+    hold: Hold,
     budgets: Sequence[float],
     episodes: int,
     workers: int,
 ) -> CutCandidate:
     """One setting's rows at `budgets` and its cut rows, run on a copy of the model in `scratch`
-    whose card holds as `hold` (cut_ready_from, guidance while held) says (no hold included:
-    the card on disk may hold)."""
+    whose card holds as `hold` says (no hold included: the card on disk may hold)."""
     label = describe_hold(*hold)
     guard = held_guard(card.guard, *hold)
     copy = copy_with_guard(model_dir, scratch / label.replace(" ", "-").replace(",", ""), guard)
@@ -244,11 +293,12 @@ def cut_ready_model(
     max_reward_given_up: float = MAX_REWARD_GIVEN_UP,
     workers: int = 2,
     guidance: Sequence[float] = HELD_GUIDANCE,
+    shield_risks: Sequence[float] = HELD_SHIELD_RISKS,
 ) -> CutCandidate:
     """Measure no hold and each hold, choose, and write the card."""
     card = load_policy(model_dir, writes_card=True).card
     card = card.model_copy(update={"budget_guard": held_guard(card.guard, None)})
-    candidates = measure(model_dir, card, settings, episodes, workers, guidance)
+    candidates = measure(model_dir, card, settings, episodes, workers, guidance, shield_risks)
     chosen = choose(candidates, MAX_SHARE_OVER, max_reward_given_up)
     choice = {
         "split": "selection",
@@ -256,11 +306,15 @@ def cut_ready_model(
         "cut": list(CUT),
         "max_reward_given_up": max_reward_given_up,
         "candidates": [candidate.as_json(candidates[0]) for candidate in candidates],
-        "chosen": {"cut_ready_from": chosen.ready_from, "cut_ready_guidance": chosen.guidance},
+        "chosen": {
+            "cut_ready_from": chosen.ready_from,
+            "cut_ready_guidance": chosen.guidance,
+            "shield_risk": chosen.shield_risk,
+        },
         "finished": True,
     }
     record_evaluation(model_dir, "cut_ready", choice)
-    chosen_guard = held_guard(card.guard, chosen.ready_from, chosen.guidance)
+    chosen_guard = held_guard(card.guard, chosen.ready_from, chosen.guidance, chosen.shield_risk)
     set_guard(model_dir, read_card(model_dir), chosen_guard)
     entry = LedgerEntry(
         "cut-ready", str(model_dir), chosen.setting, task=card.task, split="selection"
@@ -275,13 +329,14 @@ def _served_row(evaluation: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
     record = evaluation.get("cut_ready") or {}
     if not record.get("finished"):
         return None
-    chosen = record["chosen"]
-    hold = (chosen["cut_ready_from"], chosen.get("cut_ready_guidance"))
-    return record, next(
-        each
-        for each in record["candidates"]
-        if (each["cut_ready_from"], each.get("cut_ready_guidance")) == hold
-    )  # records of before the guidance while held name none: the card's
+    chosen = _recorded_hold(record["chosen"])
+    return record, next(each for each in record["candidates"] if _recorded_hold(each) == chosen)
+
+
+def _recorded_hold(entry: dict[str, Any]) -> Hold:
+    """The hold a record's candidate or choice names (records of before the guidance or the
+    shield while held name none: the card's)."""
+    return entry["cut_ready_from"], entry.get("cut_ready_guidance"), entry.get("shield_risk")
 
 
 def served_worst_share_over(evaluation: dict[str, Any]) -> float | None:
@@ -327,6 +382,14 @@ def _parser() -> argparse.ArgumentParser:
         default=list(HELD_GUIDANCE),
         help="candidate guidance weights while held, beside the card's (a card with guidance)",
     )
+    parser.add_argument(
+        "--held-shield-risk",
+        type=non_negative_float,
+        nargs="*",
+        default=list(HELD_SHIELD_RISKS),
+        help=f"candidate risks of a shield from {SHIELD_FROM:g} left while held (a card with a "
+        "cost critic)",
+    )
     parser.add_argument("--episodes", type=positive_int, default=EPISODES, help="episodes per row")
     parser.add_argument(
         "--max-reward-given-up", type=non_negative_float, default=MAX_REWARD_GIVEN_UP
@@ -347,6 +410,7 @@ def main(argv: list[str] | None = None) -> None:
         args.max_reward_given_up,
         args.workers,
         args.held_guidance,
+        args.held_shield_risk,
     )
     print(
         f"cdt cut-ready: {chosen.setting} ({chosen.cut_share_over:.0%} over after the cut "

@@ -13,6 +13,11 @@ from tests.service.toy_policy import write_test_policy
 from training.evaluation.served_rows import served_selection_rows
 
 TASK = "SafetyBallRun-v0"  # obs_dim 7, act_dim 2, 100-step episodes
+CRITIC = {
+    "discount": 0.9, "dataset": "toy.hdf5", "update_steps": 10, "validation_mse": 0.1,
+    "target_variance": 1.0,
+}  # fmt: skip
+"""The card record of a toy cost critic (`tests.runtime.toy_critic.write_test_critic`)."""
 
 
 def write_selection_toy(directory: Path, **card_fields: Any) -> Path:

@@ -6,9 +6,11 @@ from typing import Any
 import pytest
 
 from runtime.budget_guard import BudgetGuard
-from runtime.card import CostGuidance, read_card, update_card
+from runtime.card import CostCriticCard, CostGuidance, read_card, update_card
 from runtime.policy import Policy
+from tests.runtime.toy_critic import write_test_critic
 from tests.training.evaluation.guard_rows import (
+    CRITIC,
     record_measured_rows,
     steady_rows,
     write_selection_toy,
@@ -34,10 +36,11 @@ def candidate(
     reward: float,
     cut_over: float,
     guidance: float | None = None,
+    shield_risk: float | None = None,
 ) -> CutCandidate:
     rows = steady_rows(share_over, reward)
     cut_rows = [CutRow(mode, 20, cut_over, 8.0, reward) for mode in (False, True)]
-    return CutCandidate(rows, cut_rows, ready_from, guidance)
+    return CutCandidate(rows, cut_rows, ready_from, guidance, shield_risk)
 
 
 def test_choose_holds_only_where_it_keeps_more_cuts_within_the_reward_bar() -> None:
@@ -60,6 +63,8 @@ def test_held_guard_sets_the_floor_and_where_it_starts() -> None:
     assert held_guard(held, None).cut_floor == 0.0
     assert held_guard(guard, 30.0, 0.0).cut_ready_guidance == 0.0
     assert held_guard(held_guard(guard, 30.0, 0.0), None).cut_ready_guidance is None
+    shielded = held_guard(guard, 30.0, 0.0, 1.5)
+    assert (shielded.shield_margin, shielded.shield_risk, shielded.cut_floor) == (40.0, 1.5, 10.0)
 
 
 @pytest.fixture
@@ -141,7 +146,11 @@ def test_cdt_cut_ready_records_every_candidate_and_sets_the_chosen_guard(
     record = (card.evaluation or {})["cut_ready"]
     assert [entry["cut_ready_from"] for entry in record["candidates"]] == [None, 0.0, 30.0]
     assert record["candidates"][2]["reward_given_up"] == pytest.approx(1.0)
-    assert record["chosen"] == {"cut_ready_from": 30.0, "cut_ready_guidance": None}
+    assert record["chosen"] == {
+        "cut_ready_from": 30.0,
+        "cut_ready_guidance": None,
+        "shield_risk": None,
+    }
     assert record["finished"] and card.guard.cut_ready_guidance is None
     assert "hold to 10 from limit 30 (5% over after the cut 40 -> 10)" in capsys.readouterr().out
 
@@ -156,7 +165,11 @@ def test_a_hold_with_its_own_guidance_weight_is_chosen_and_served_as_measured(
     card = read_card(toy_policy)
     assert (card.guard.cut_ready_from, card.guard.cut_ready_guidance) == (30.0, 0.0)
     record = (card.evaluation or {})["cut_ready"]
-    assert record["chosen"] == {"cut_ready_from": 30.0, "cut_ready_guidance": 0.0}
+    assert record["chosen"] == {
+        "cut_ready_from": 30.0,
+        "cut_ready_guidance": 0.0,
+        "shield_risk": None,
+    }
     assert "5% over 10 after a cut from 40" in (served_verdict(card.evaluation or {}) or "")
     out = capsys.readouterr().out
     assert "hold to 10 from limit 30, guidance 0 while held (5% over after the cut" in out
@@ -166,12 +179,57 @@ def test_holds_weigh_the_guidance_while_held_only_on_a_card_with_guidance(
     toy_policy: Path,
 ) -> None:
     card = Policy.load(toy_policy).card
-    assert holds(card, [0.0, 30.0]) == [(0.0, None), (30.0, None)]  # the toy has no guidance
+    # the toy has no guidance and no critic
+    assert holds(card, [0.0, 30.0]) == [(0.0, None, None), (30.0, None, None)]
     guided = card.model_copy(update={"cost_guidance": CostGuidance(weight=1.5, shift=40.0)})
-    assert holds(guided, [30.0], [0.0, 0.5]) == [(30.0, None), (30.0, 0.0), (30.0, 0.5)]
-    assert holds(guided, [30.0], [1.5]) == [(30.0, None)]  # the card's own, once
+    assert holds(guided, [30.0], [0.0, 0.5]) == [
+        (30.0, None, None),
+        (30.0, 0.0, None),
+        (30.0, 0.5, None),
+    ]
+    assert holds(guided, [30.0], [1.5]) == [(30.0, None, None)]  # the card's own, once
     unweighted = card.model_copy(update={"cost_guidance": CostGuidance(weight=0.0, shift=40.0)})
-    assert holds(unweighted, [30.0]) == [(30.0, None)]
+    assert holds(unweighted, [30.0]) == [(30.0, None, None)]
+
+
+def test_holds_try_a_shield_from_the_largest_budget_only_on_a_card_with_a_critic(
+    toy_policy: Path,
+) -> None:
+    card = Policy.load(toy_policy).card
+    critic = CostCriticCard.model_validate(CRITIC)
+    criticised = card.model_copy(update={"cost_critic": critic})
+    assert holds(criticised, [30.0], [], [1.5, 1.0]) == [
+        (30.0, None, None),
+        (30.0, None, 1.5),
+        (30.0, None, 1.0),
+    ]
+    shielded = held_guard(card.guard, None, None, 1.5)  # the card's shield already is one
+    already = criticised.model_copy(update={"budget_guard": shielded})
+    assert holds(already, [30.0], [], [1.5, 1.0]) == [(30.0, None, None), (30.0, None, 1.0)]
+
+
+def test_a_hold_with_its_own_shield_runs_every_budget_and_is_served_as_chosen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = write_selection_toy(tmp_path / "toy", cost_critic=CRITIC)
+    write_test_critic(directory, observation_dim=7, action_dim=2)
+    card = Policy.load(directory).card
+    ran = record_measured_rows(monkeypatch, cut_ready_module)
+    measure(directory, card, [30.0], 1, 1, [], [1.5])
+    assert ran == [
+        ("no hold", [10.0, 20.0, 40.0]),
+        ("hold to 10 from limit 30", [40.0]),
+        ("hold to 10 from limit 30, shield from 40 at risk 1.5", [10.0, 20.0, 40.0]),
+    ]
+    measured = [candidate(None, 0.0, 60.0, 1.0), candidate(30.0, 0.0, 59.0, 0.1)]
+    measured.append(candidate(30.0, 0.0, 59.0, 0.0, shield_risk=1.5))
+    monkeypatch.setattr(cut_ready_module, "measure", lambda *args, **kw: measured)
+    main([str(directory)])
+    chosen = read_card(directory)
+    assert (chosen.guard.shield_margin, chosen.guard.shield_risk) == (40.0, 1.5)
+    assert (chosen.evaluation or {})["cut_ready"]["chosen"]["shield_risk"] == 1.5
+    assert "0% over 10 after a cut from 40" in (served_verdict(chosen.evaluation or {}) or "")
+    assert "shield from 40 at risk 1.5 (0% over after the cut" in capsys.readouterr().out
 
 
 def test_cdt_cut_ready_refuses_a_folder_without_a_model_in_one_line(

@@ -12,17 +12,13 @@ from runtime.policy import Policy
 from tests.runtime.toy_critic import write_test_critic
 from tests.service.toy_policy import write_test_policy
 from tests.training.evaluation.guard_rows import (
+    CRITIC,
     record_measured_rows,
     steady_rows,
     write_selection_toy,
 )
 from training.evaluation import shield as shield_module
 from training.evaluation.shield import ShieldCandidate, choose, main, measure_shields
-
-CRITIC = {
-    "discount": 0.9, "dataset": "toy.hdf5", "update_steps": 10, "validation_mse": 0.1,
-    "target_variance": 1.0,
-}  # fmt: skip
 
 
 def candidate(margin: float, share_over: float, reward: float) -> ShieldCandidate:
