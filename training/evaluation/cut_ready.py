@@ -120,8 +120,13 @@ class CutCandidate(MeasuredGuard):
     """The risk of a shield from `SHIELD_FROM` left (None: the card's shield)."""
 
     @property
+    def hold(self) -> Hold:
+        """This setting as `held_guard` and `describe_hold` take it."""
+        return self.ready_from, self.guidance, self.shield_risk
+
+    @property
     def setting(self) -> str:
-        return describe_hold(self.ready_from, self.guidance, self.shield_risk)
+        return describe_hold(*self.hold)
 
     @property
     def cut_share_over(self) -> float:
@@ -314,7 +319,7 @@ def cut_ready_model(
         "finished": True,
     }
     record_evaluation(model_dir, "cut_ready", choice)
-    chosen_guard = held_guard(card.guard, chosen.ready_from, chosen.guidance, chosen.shield_risk)
+    chosen_guard = held_guard(card.guard, *chosen.hold)
     set_guard(model_dir, read_card(model_dir), chosen_guard)
     entry = LedgerEntry(
         "cut-ready", str(model_dir), chosen.setting, task=card.task, split="selection"
