@@ -7,7 +7,8 @@ budget left per step left, in units of the largest cost one step can add: at a p
 more the episode cannot go over any more, and the guard stands aside. Below that:
 
 - through the first `cut_ready_until` of the episode, a budget above `cut_floor` counts as
-  `cut_floor` (all that follows acts on that), so a cut to it finds it unspent; a card's
+  `cut_floor` (all that follows acts on that), so a cut to it finds it unspent (for the card's
+  floor, limits from `cut_ready_from` to `cut_ready_to`); a card's
   `cut_ready_guidance` sets the cost guidance's weight while so held, and `cut_ready_release`
   lets the rest of the budget in over a share of the episode instead of at once;
 - the model is told `hidden_reserve` less budget than is left (and, with `early_scale` below 1,
@@ -135,6 +136,10 @@ class BudgetGuard(BaseModel):
     """The card's `cut_floor` holds only episodes whose cost limit is at least this (0: every
     one above the floor): a model that spends little of a small budget early keeps a cut
     without being held. An episode's own floor holds whatever its limit."""
+    cut_ready_to: float = Field(default=0.0, ge=0)
+    """The largest limit the card's `cut_floor` holds (0: no bound): where a model earns much
+    more with a large budget by spending it early, holding it gives that up for a cut that
+    such an episode can still announce."""
     cut_ready_until: float = Field(default=0.5, ge=0, le=1)
     """Share of the episode through which the guard treats a budget above the cut floor as the
     floor (the budget told, the noise, the fallback and the shield all act on it), so a cut to
@@ -154,9 +159,11 @@ class BudgetGuard(BaseModel):
     """The critic's predicted discounted cost above which the shield replaces an action."""
 
     @model_validator(mode="after")
-    def _check_paces(self) -> Self:
+    def _check_ranges(self) -> Self:
         if self.full_noise_pace < self.mean_action_pace:
             raise ValueError("full_noise_pace must be at least mean_action_pace")
+        if 0 < self.cut_ready_to < self.cut_ready_from:
+            raise ValueError("cut_ready_to must be 0 (no bound) or at least cut_ready_from")
         return self
 
     def reserve(self, steps_left: int) -> float:
@@ -175,6 +182,11 @@ class BudgetGuard(BaseModel):
         scale = self.early_scale + (1.0 - self.early_scale) * _done(steps_left, episode_len)
         return max(remaining_cost * scale - self.hidden_reserve, 0.0)
 
+    def holds_limit(self, limit: float) -> bool:
+        """Whether the card's `cut_floor` holds an episode whose cost limit is `limit`."""
+        below_cap = self.cut_ready_to == 0 or limit <= self.cut_ready_to
+        return self.cut_ready_from <= limit and below_cap
+
     def guarded_budget(
         self, remaining_cost: float, steps_left: int, episode_len: int, cut: CutReadiness
     ) -> float:
@@ -182,8 +194,8 @@ class BudgetGuard(BaseModel):
         kept ready for a cut to it (rising to the episode's own while released), else the
         episode's own."""
         limit, floor = remaining_cost + cut.cost_spent, cut.floor
-        if floor is None:  # the card's, for limits from `cut_ready_from` up
-            floor = self.cut_floor if limit >= self.cut_ready_from else 0.0
+        if floor is None:  # the card's, for limits from `cut_ready_from` to `cut_ready_to`
+            floor = self.cut_floor if self.holds_limit(limit) else 0.0
         done = _done(steps_left, episode_len)
         if floor == 0 or done >= self.cut_ready_until + self.cut_ready_release:
             return remaining_cost

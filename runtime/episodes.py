@@ -85,6 +85,8 @@ class EpisodeResult:
     length: int
     step_costs: list[float] = field(default_factory=list)
     """Per-step costs, when asked for (budget-change plots)."""
+    step_rewards: list[float] = field(default_factory=list)
+    """Per-step rewards, when asked for (what each part of an episode earned)."""
     guard: GuardTally = field(default_factory=GuardTally)
     """Steps the budget guard acted on, by action (all 0 when the spec did not ask for it)."""
 
@@ -126,13 +128,14 @@ class _Running:
     schedule: dict[int, float]
     length: int = 0
     step_costs: list[float] = field(default_factory=list)
+    step_rewards: list[float] = field(default_factory=list)
     tally: GuardTally = field(default_factory=GuardTally)
 
     def result(self) -> EpisodeResult:
         context = self.context
         return EpisodeResult(
             self.spec, context.total_reward, context.total_cost, self.length, self.step_costs,
-            self.tally,
+            self.step_rewards, self.tally,
         )  # fmt: skip
 
 
@@ -214,4 +217,5 @@ def _act(
     episode.length += 1
     if record_steps:
         episode.step_costs.append(cost)
+        episode.step_rewards.append(float(reward))
     return bool(terminated or truncated)

@@ -116,6 +116,24 @@ def test_the_cards_cut_floor_holds_only_limits_from_cut_ready_from() -> None:
     assert asked.cost_left_fed == 6.0  # an episode's own floor holds whatever its limit
 
 
+def test_the_cards_cut_floor_holds_no_limit_above_cut_ready_to() -> None:
+    guard = GUARD.model_copy(
+        update={"cut_floor": 10.0, "cut_ready_from": 30.0, "cut_ready_to": 40.0}
+    )
+    assert guard.decide(40.0, 100, True, 100, CutReadiness(0.0)).cost_left_fed == 10.0
+    assert guard.decide(56.0, 100, True, 100, CutReadiness(4.0)) == UNGUARDED  # a limit of 60
+    asked = guard.decide(56.0, 100, True, 100, CutReadiness(4.0, floor=10.0))
+    assert asked.cost_left_fed == 6.0  # an episode's own floor holds whatever its limit
+    raised = guard.decide(54.0, 100, True, 100, CutReadiness(6.0))  # 40 raised to 60: released
+    assert raised == UNGUARDED
+
+
+def test_a_cap_below_the_first_held_limit_is_refused() -> None:
+    with pytest.raises(ValueError, match="cut_ready_to"):
+        BudgetGuard(cut_ready_from=30.0, cut_ready_to=20.0)
+    assert BudgetGuard(cut_ready_from=30.0, cut_ready_to=0.0).holds_limit(1000.0)
+
+
 def test_an_episodes_own_cut_floor_overrides_the_cards() -> None:
     guard = GUARD  # no floor on the card: cut readiness is the episode's to ask for
     assert guard.decide(40.0, 100, True, episode_len=100) == UNGUARDED

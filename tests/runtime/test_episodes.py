@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
+import pytest
 
 from runtime.episodes import EpisodePolicy, EpisodeSpec, run_episodes
 from tests.runtime.toy_env import toy_env_factory
@@ -36,6 +37,8 @@ def test_run_episodes_keeps_algorithm_2_budgets() -> None:
     )
     assert result.length == 12 and len(result.step_costs) == 12
     assert result.cost == sum(result.step_costs)
+    assert len(result.step_rewards) == 12
+    assert result.reward == pytest.approx(sum(result.step_rewards))
     # C_{t+1} = max(C_t - c_t, 0): the newest cost-to-go seen at step t is 8 - cost so far.
     newest = [window["costs_to_go"][0, -1] for window in seen]
     spent = np.concatenate([[0.0], np.cumsum(result.step_costs)[:-1]])
