@@ -173,7 +173,8 @@ def run_alternative(
 ) -> list[EpisodeResult]:
     """The episodes of one (budget, action mode) with one alternative, on the row's seeds."""
     budget, deterministic = row_spec
-    guard_fields = {k: v for k, v in (fields or {}).items() if k not in BENCH_FIELDS}
+    asked = fields or {}
+    guard_fields = {k: v for k, v in asked.items() if k not in BENCH_FIELDS}
     guard = BudgetGuard.model_validate(card.guard.model_dump() | guard_fields)
     mid = card.max_episode_len // 2
     schedule = () if args.cut is None else ((mid, args.cut),)
@@ -184,8 +185,8 @@ def run_alternative(
         for e in range(args.episodes)
     ]
     policy = dataclasses.replace(base, budget_guard=guard)
-    if (fields or {}).get("release_as_new"):
-        told = released_as_new(base.predict, mid, target, (fields or {}).get("released_guidance"))
+    if asked.get("release_as_new"):
+        told = released_as_new(base.predict, mid, target, asked.get("released_guidance"))
         policy = dataclasses.replace(policy, predict=told)
     return run_episodes(policy, card.task, specs, record_steps=True)
 
