@@ -16,12 +16,13 @@ more the episode cannot go over any more, and the guard stands aside. Below that
 - `less_noise`: a sampled episode's noise shrinks with the pace, from `full_noise_pace` down
   to `mean_action_pace`;
 - `mean_action`: at or below `mean_action_pace`, the Gaussian's mean, no noise;
-- `fallback`: at or below `fallback_margin` of budget left, the card's fallback, by default the
-  CDT itself told no cost is left (cost-to-go 0 in its window), with the mean action;
+- `fallback`: at or below `fallback_margin` of budget left (at most `fallback_share` of the cost
+  limit), the card's fallback, by default the CDT itself told no cost is left (cost-to-go 0 in
+  its window), with the mean action;
 - `shield`: at or below `shield_margin` of budget left, a card with a cost critic
   (`runtime.cost_critic`) has it check the action chosen above, and replaces an action whose
-  predicted cost is above `shield_risk` by the nearest fixed candidate it predicts at most that
-  for (none such: the action stays).
+  predicted cost is above `shield_risk` (at most `shield_risk_share` of the budget left) by the
+  nearest fixed candidate it predicts at most that for (none such: the action stays).
 
 It is a pure function of those, so it follows a budget changed mid-episode at once and needs no
 state beyond its counts. The service (`service.inference.PendingAction`) and the offline episode
@@ -113,6 +114,9 @@ class BudgetGuard(BaseModel):
     under way when it takes over (costs come in runs of steps, not one at a time)."""
     fallback_cost_rate: float = Field(default=0.0, ge=0)
     """Cost per step left that the fallback itself may still spend; added to the margin."""
+    fallback_share: float = Field(default=0.0, ge=0)
+    """The margin is at most this share of the episode's cost limit (0: `fallback_margin`
+    alone): a limit below the margin would otherwise run in the fallback from its first step."""
     max_step_cost: float = Field(default=1.0, ge=0)
     """The largest cost one step can add (Bullet-Safety-Gym: 1). With at least this much budget
     left per step left, the episode cannot go over, and the guard leaves it alone (0: unknown;
@@ -157,6 +161,10 @@ class BudgetGuard(BaseModel):
     episode could still go over (0: no shield; a card needs a cost critic to set it)."""
     shield_risk: float = Field(default=2.0, ge=0)
     """The critic's predicted discounted cost above which the shield replaces an action."""
+    shield_risk_share: float = Field(default=0.0, ge=0)
+    """The shield's risk is at most this share of the budget left (0: `shield_risk` alone): at
+    the end of a small budget, an action the critic predicts to cost `shield_risk` is more than
+    is left."""
 
     @model_validator(mode="after")
     def _check_ranges(self) -> Self:
@@ -166,9 +174,13 @@ class BudgetGuard(BaseModel):
             raise ValueError("cut_ready_to must be 0 (no bound) or at least cut_ready_from")
         return self
 
-    def reserve(self, steps_left: int) -> float:
-        """The budget left at or below which the fallback takes over."""
-        return self.fallback_margin + self.fallback_cost_rate * max(steps_left, 0)
+    def reserve(self, steps_left: int, limit: float = float("inf")) -> float:
+        """The budget left at or below which the fallback takes over, in an episode whose cost
+        limit (the budget the guard acts on plus the cost spent) is `limit`."""
+        margin = self.fallback_margin
+        if self.fallback_share > 0:
+            margin = min(margin, self.fallback_share * limit)
+        return margin + self.fallback_cost_rate * max(steps_left, 0)
 
     def pace(self, remaining_cost: float, steps_left: int) -> float:
         """Budget left per step left, in units of `max_step_cost` (inf when unbounded)."""
@@ -227,15 +239,22 @@ class BudgetGuard(BaseModel):
         pace = self.pace(budget, steps_left)
         if self.max_step_cost > 0 and pace >= 1.0:
             return UNGUARDED  # even a costly step each step to the end stays within budget
-        decision = self._throttle(budget, steps_left, deterministic, episode_len, pace)
+        limit = budget + cut.cost_spent
+        decision = self._throttle(budget, steps_left, deterministic, episode_len, pace, limit)
         if budget < remaining_cost:  # held for a cut: told the floor, not the budget
             if decision.cost_left_fed is None:
                 decision = replace(decision, cost_left_fed=budget)
             if self.cut_ready_guidance is not None:
                 decision = replace(decision, guidance_weight=self.cut_ready_guidance)
         if 0 < self.shield_margin and budget <= self.shield_margin:
-            return replace(decision, shield_risk=self.shield_risk)
+            return replace(decision, shield_risk=self.risk(budget))
         return decision
+
+    def risk(self, budget: float) -> float:
+        """The shield's risk with `budget` left."""
+        if self.shield_risk_share == 0:
+            return self.shield_risk
+        return min(self.shield_risk, self.shield_risk_share * budget)
 
     def decide_newest(
         self, context: EpisodeContext, episode_len: int, deterministic: bool, floor: float | None
@@ -254,9 +273,10 @@ class BudgetGuard(BaseModel):
         deterministic: bool,
         episode_len: int,
         pace: float,
+        limit: float,
     ) -> GuardDecision:
         """The noise, told budget and fallback of a step that could still go over."""
-        if remaining_cost <= self.reserve(steps_left):
+        if remaining_cost <= self.reserve(steps_left, limit):
             return GuardDecision(GuardAction.FALLBACK, noise_scale=0.0, cost_left_fed=0.0)
         told = self.told(remaining_cost, steps_left, episode_len)
         if deterministic or pace >= self.full_noise_pace:

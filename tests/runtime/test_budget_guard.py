@@ -166,6 +166,25 @@ def test_cut_ready_shield_watches_the_floor() -> None:
     assert guard.decide(40.0, 40, True, episode_len=100).shield_risk is None  # released
 
 
+def test_fallback_share_keeps_a_small_limit_out_of_the_fallback() -> None:
+    default = BudgetGuard()  # the fallback at 8 left
+    assert default.decide(5.0, 100, True).action is GuardAction.FALLBACK  # from the first step
+    shared = default.model_copy(update={"fallback_share": 0.8})  # margin: 4 of a limit of 5
+    assert shared.decide(5.0, 100, True).action is GuardAction.NONE
+    assert shared.decide(4.0, 100, True, 100, CutReadiness(1.0)).action is GuardAction.FALLBACK
+    assert shared.decide(8.0, 100, True, 100, CutReadiness(2.0)).action is GuardAction.FALLBACK
+    # a limit of 10 or more keeps the whole margin of 8
+
+
+def test_shield_risk_shrinks_with_the_budget_left_where_the_card_says() -> None:
+    guard = GUARD.model_copy(update={"shield_margin": 40.0, "shield_risk": 1.5})
+    assert guard.decide(2.0, 100, True).shield_risk == 1.5  # no share: the risk alone
+    shrinking = guard.model_copy(update={"shield_risk_share": 0.2})
+    assert shrinking.decide(20.0, 100, True).shield_risk == 1.5  # a fifth of 20 is more
+    assert shrinking.decide(5.0, 100, True).shield_risk == pytest.approx(1.0)
+    assert shrinking.decide(0.0, 100, True).shield_risk == 0.0
+
+
 def test_cut_ready_guidance_weighs_the_held_steps_only() -> None:
     guard = GUARD.model_copy(update={"cut_floor": 10.0, "cut_ready_guidance": 0.0})
     assert guard.decide(40.0, 100, True, 100, CutReadiness(0.0)).guidance_weight == 0.0

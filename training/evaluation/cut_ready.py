@@ -3,8 +3,9 @@
 A budget cut from the largest reported budget to the smallest at mid-episode is kept only by an
 episode that has not spent the smaller by then. The guard can hold a larger budget to that floor
 through the first half of the episode (`cut_floor`), for every budget above the floor or only
-for limits from `cut_ready_from` up; what it holds back costs reward where the model earns more
-with more budget (docs/decisions/budget-guard.md#ready-for-a-budget-cut-2026-11-29). For the
+for limits from `cut_ready_from` up, never above the cut's start (`cut_ready_to`: larger limits
+are not measured here); what it holds back costs reward where the model earns more with more
+budget (docs/decisions/budget-guard.md#ready-for-a-budget-cut-2026-11-29). For the
 card's guard without a hold and with each candidate, this runs the reported budgets and the cut
 in both action modes on 40 selection episodes each, as served (guard on; a hold's budgets it
 leaves alone are no hold's episodes, and no hold that keeps every cut leaves nothing to hold
@@ -152,13 +153,15 @@ def held_guard(
     guidance: float | None = None,
     shield_risk: float | None = None,
 ) -> BudgetGuard:
-    """`guard` holding budgets from `ready_from` to the cut's floor (None: no hold), with
+    """`guard` holding budgets from `ready_from` up to the cut's start to its floor (None: no
+    hold; larger budgets are not measured here, and holding them cost AntRun 5-7 points), with
     `guidance` as the cost guidance's weight while held (None: the card's) and the shield from
     `SHIELD_FROM` left at `shield_risk` (None: the card's shield)."""
     floor = 0.0 if ready_from is None else CUT[1]
     held: dict[str, float | None] = {
         "cut_floor": floor,
         "cut_ready_from": ready_from or 0.0,
+        "cut_ready_to": 0.0 if ready_from is None else CUT[0],
         "cut_ready_guidance": guidance,
     }
     if shield_risk is not None:

@@ -60,7 +60,9 @@ def test_held_guard_sets_the_floor_and_where_it_starts() -> None:
     guard = BudgetGuard(shield_margin=15.0)
     held = held_guard(guard, 30.0)
     assert (held.cut_floor, held.cut_ready_from, held.shield_margin) == (10.0, 30.0, 15.0)
-    assert held_guard(held, None).cut_floor == 0.0
+    assert held.cut_ready_to == 40.0  # the cut's start: larger limits are not measured
+    assert not held.holds_limit(60.0)
+    assert (held_guard(held, None).cut_floor, held_guard(held, None).cut_ready_to) == (0.0, 0.0)
     assert held_guard(guard, 30.0, 0.0).cut_ready_guidance == 0.0
     assert held_guard(held_guard(guard, 30.0, 0.0), None).cut_ready_guidance is None
     shielded = held_guard(guard, 30.0, 0.0, 1.5)
