@@ -172,8 +172,8 @@ def test_fallback_share_keeps_a_small_limit_out_of_the_fallback() -> None:
     shared = default.model_copy(update={"fallback_share": 0.8})  # margin: 4 of a limit of 5
     assert shared.decide(5.0, 100, True).action is GuardAction.NONE
     assert shared.decide(4.0, 100, True, 100, CutReadiness(1.0)).action is GuardAction.FALLBACK
+    # a limit of 10 (8 left, 2 spent) keeps the whole margin of 8
     assert shared.decide(8.0, 100, True, 100, CutReadiness(2.0)).action is GuardAction.FALLBACK
-    # a limit of 10 or more keeps the whole margin of 8
 
 
 def test_shield_risk_shrinks_with_the_budget_left_where_the_card_says() -> None:
