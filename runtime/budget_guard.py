@@ -9,8 +9,10 @@ more the episode cannot go over any more, and the guard stands aside. Below that
 - through the first `cut_ready_until` of the episode, a budget above `cut_floor` counts as
   `cut_floor` (all that follows acts on that), so a cut to it finds it unspent (for the card's
   floor, limits from `cut_ready_from` to `cut_ready_to`); a card's
-  `cut_ready_guidance` sets the cost guidance's weight while so held, and `cut_ready_release`
-  lets the rest of the budget in over a share of the episode instead of at once;
+  `cut_ready_guidance` sets the cost guidance's weight while so held, `cut_ready_release`
+  lets the rest of the budget in over a share of the episode instead of at once, and
+  `cut_ready_tells_floor` false tells the model its own budget while the fallback (at
+  `cut_ready_margin`) keeps the floor;
 - the model is told `hidden_reserve` less budget than is left (and, with `early_scale` below 1,
   only a share of it early in the episode), so its own plan ends with something in reserve;
 - `less_noise`: a sampled episode's noise shrinks with the pace, from `full_noise_pace` down
@@ -156,6 +158,14 @@ class BudgetGuard(BaseModel):
     """The weight of the card's cost guidance while an episode is held for a cut (None: the
     card's own). The guidance makes a model told a small budget timid; held, the floor, the
     fallback and the shield keep the budget, and a lower weight earns more of it."""
+    cut_ready_tells_floor: bool = True
+    """While an episode is held for a cut, the model is told what is left of the floor (False:
+    of its own budget, less `hidden_reserve`, while the noise, the fallback and the shield
+    still act on the floor's): a model that earns much less told a small budget, but spends
+    little by mid-episode, keeps the cut through the fallback alone."""
+    cut_ready_margin: float | None = Field(default=None, ge=0)
+    """The fallback's margin while an episode is held for a cut (None: the card's own): the
+    fallback then takes over once the cost spent comes within this of the floor."""
     shield_margin: float = Field(default=0.0, ge=0)
     """Budget left at or below which the card's cost critic checks every action while the
     episode could still go over (0: no shield; a card needs a cost critic to set it)."""
@@ -239,15 +249,34 @@ class BudgetGuard(BaseModel):
         pace = self.pace(budget, steps_left)
         if self.max_step_cost > 0 and pace >= 1.0:
             return UNGUARDED  # even a costly step each step to the end stays within budget
-        limit = budget + cut.cost_spent
-        decision = self._throttle(budget, steps_left, deterministic, episode_len, pace, limit)
-        if budget < remaining_cost:  # held for a cut: told the floor, not the budget
-            if decision.cost_left_fed is None:
-                decision = replace(decision, cost_left_fed=budget)
-            if self.cut_ready_guidance is not None:
-                decision = replace(decision, guidance_weight=self.cut_ready_guidance)
+        limit, held = budget + cut.cost_spent, budget < remaining_cost
+        margin = self.cut_ready_margin if held else None
+        decision = self._throttle(
+            budget, steps_left, deterministic, (episode_len, pace, limit), margin
+        )
+        if held:
+            decision = self._held(decision, budget, remaining_cost, steps_left, episode_len)
         if 0 < self.shield_margin and budget <= self.shield_margin:
             return replace(decision, shield_risk=self.risk(budget))
+        return decision
+
+    def _held(
+        self,
+        decision: GuardDecision,
+        budget: float,
+        remaining_cost: float,
+        steps_left: int,
+        episode_len: int,
+    ) -> GuardDecision:
+        """`decision` for a step held for a cut to `budget` left of the floor: the model told
+        that (or its own budget, where the card says so), with the card's guidance weight."""
+        if decision.action is not GuardAction.FALLBACK and not self.cut_ready_tells_floor:
+            told = self.told(remaining_cost, steps_left, episode_len)
+            decision = replace(decision, cost_left_fed=told)
+        elif decision.cost_left_fed is None:
+            decision = replace(decision, cost_left_fed=budget)
+        if self.cut_ready_guidance is not None:
+            decision = replace(decision, guidance_weight=self.cut_ready_guidance)
         return decision
 
     def risk(self, budget: float) -> float:
@@ -271,12 +300,15 @@ class BudgetGuard(BaseModel):
         remaining_cost: float,
         steps_left: int,
         deterministic: bool,
-        episode_len: int,
-        pace: float,
-        limit: float,
+        step: tuple[int, float, float],
+        margin: float | None = None,
     ) -> GuardDecision:
-        """The noise, told budget and fallback of a step that could still go over."""
-        if remaining_cost <= self.reserve(steps_left, limit):
+        """The noise, told budget and fallback of a step that could still go over (`step`: the
+        episode's length, its pace and its cost limit; `margin`: the fallback's, None: the
+        card's)."""
+        episode_len, pace, limit = step
+        reserve = self.reserve(steps_left, limit) if margin is None else margin
+        if remaining_cost <= reserve:
             return GuardDecision(GuardAction.FALLBACK, noise_scale=0.0, cost_left_fed=0.0)
         told = self.told(remaining_cost, steps_left, episode_len)
         if deterministic or pace >= self.full_noise_pace:

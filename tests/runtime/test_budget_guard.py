@@ -15,6 +15,7 @@ from runtime.budget_guard import (
     BudgetGuard,
     CutReadiness,
     GuardAction,
+    GuardDecision,
     GuardTally,
 )
 from runtime.card import ModelCard
@@ -164,6 +165,32 @@ def test_cut_ready_shield_watches_the_floor() -> None:
     )
     assert guard.decide(40.0, 100, True, episode_len=100).shield_risk == guard.shield_risk
     assert guard.decide(40.0, 40, True, episode_len=100).shield_risk is None  # released
+
+
+def test_a_hold_that_tells_the_model_its_own_budget_keeps_the_floor_by_the_fallback() -> None:
+    guard = GUARD.model_copy(
+        update={
+            "cut_floor": 10.0,
+            "cut_ready_tells_floor": False,
+            "cut_ready_margin": 4.0,
+            "hidden_reserve": 1.0,
+        }
+    )
+    early = guard.decide(38.0, 80, True, 100, CutReadiness(2.0))
+    assert early.action is GuardAction.NONE and early.cost_left_fed == 37.0  # its own, less 1
+    sampled = guard.decide(38.0, 80, False, 100, CutReadiness(2.0))
+    assert sampled.action is GuardAction.MEAN_ACTION  # the noise still paces the floor: 8 / 80
+    assert sampled.cost_left_fed == 37.0
+    near = guard.decide(34.0, 80, True, 100, CutReadiness(6.0))  # 4 left of the floor
+    assert near.action is GuardAction.FALLBACK and near.cost_left_fed == 0.0
+    told_floor = guard.model_copy(update={"cut_ready_tells_floor": True})
+    assert told_floor.decide(38.0, 80, True, 100, CutReadiness(2.0)).cost_left_fed == 7.0
+    assert told_floor.decide(34.0, 80, True, 100, CutReadiness(6.0)).action is GuardAction.FALLBACK
+    # released at mid-episode, and a limit under the floor: the card's own margin of 2
+    assert guard.decide(34.0, 50, True, 100, CutReadiness(6.0)) == GuardDecision(
+        GuardAction.NONE, 1.0, 33.0
+    )
+    assert guard.decide(4.0, 80, True, 100, CutReadiness(6.0)).action is GuardAction.NONE
 
 
 def test_fallback_share_keeps_a_small_limit_out_of_the_fallback() -> None:
