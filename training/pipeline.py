@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
             f"cdt pipeline: stopped; continue with: cdt pipeline {' '.join(args)}", file=sys.stderr
         )
         raise SystemExit(130) from None
-    from training.evaluation.cut_ready import served_verdict, served_worst_share_over
+    from training.evaluation.cut_ready_record import served_verdict, served_worst_share_over
 
     evaluation = read_card(config.model_dir).evaluation or {}
     worst, allowed = served_worst_share_over(evaluation), SelectionRule().max_share_over

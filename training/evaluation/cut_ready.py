@@ -14,7 +14,10 @@ weight while held (`cut_ready_guidance`: the guidance makes a model told the flo
 the hold's shield and fallback keep the floor anyway). On a card with a cost critic each of
 those is measured once more with the shield on through the whole of the largest budget at each
 `--held-shield-risk` (after the hold, the card's shield may come too late: CarCircle's car
-leaves its ring at the release, before 25 are left). It keeps:
+leaves its ring at the release, before 25 are left). Each setting is measured once more with the
+model told its own budget while held and the fallback keeping the floor from each `--held-margin`
+left of it (`cut_ready_tells_floor` false: told 10, CarRun's car drives slower all through the
+first half). It keeps:
 
 1. among the holds that give up at most `--max-reward-given-up` normalised reward points against
    no hold in every steady row, with no more episodes over in any steady row than no hold's
@@ -39,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from runtime.arguments import CommandParser, non_negative_float, positive_int
-from runtime.budget_guard import CUT_TARGET_SHARE_OVER, GUARD_TARGET_SHARE_OVER, BudgetGuard
+from runtime.budget_guard import BudgetGuard
 from runtime.card import ModelCard, read_card
 from runtime.evaluation_protocol import REPORTED_BUDGETS
 from runtime.scores import normalised_reward, over_limit
@@ -78,22 +81,31 @@ HELD_SHIELD_RISKS = (1.5,)
 card with a cost critic; CarCircle's choice, docs/decisions/budget-guard.md)."""
 SHIELD_FROM = max(REPORTED_BUDGETS)
 """Such a shield's margin: it checks every step of an episode of the largest budget."""
+HELD_MARGINS = (6.0,)
+"""Candidate fallback margins of a hold that tells the model its own budget (CarRun-paper's
+choice, docs/decisions/budget-guard.md)."""
 
-Hold = tuple[float | None, float | None, float | None]
-"""(cut_ready_from, guidance weight while held, shield risk from `SHIELD_FROM` left); None:
-no hold, the card's guidance, the card's shield."""
+Hold = tuple[float | None, float | None, float | None, float | None]
+"""(cut_ready_from, guidance weight while held, shield risk from `SHIELD_FROM` left, the
+fallback's margin of a hold that tells the model its own budget); None: no hold, the card's
+guidance, the card's shield, the model told the floor."""
 
 
 def describe_hold(
-    ready_from: float | None, guidance: float | None = None, shield_risk: float | None = None
+    ready_from: float | None,
+    guidance: float | None = None,
+    shield_risk: float | None = None,
+    margin: float | None = None,
 ) -> str:
-    """`hold to 10 from limit 30` (`, guidance 0 while held`, `, shield from 40 at risk 1.5`),
-    or `no hold` (None)."""
+    """`hold to 10 from limit 30` (`, guidance 0 while held`, `, shield from 40 at risk 1.5`,
+    `, told its own budget, fallback from 6 left`), or `no hold` (None)."""
     if ready_from is None:
         return "no hold"
     held = "" if guidance is None else f", guidance {guidance:g} while held"
     if shield_risk is not None:
         held += f", shield from {SHIELD_FROM:g} at risk {shield_risk:g}"
+    if margin is not None:
+        held += f", told its own budget, fallback from {margin:g} left"
     return f"hold to {CUT[1]:g} from limit {ready_from:g}{held}"
 
 
@@ -119,11 +131,14 @@ class CutCandidate(MeasuredGuard):
     """The guidance weight while held (None: the card's)."""
     shield_risk: float | None = None
     """The risk of a shield from `SHIELD_FROM` left (None: the card's shield)."""
+    margin: float | None = None
+    """The fallback's margin of a hold that tells the model its own budget (None: told the
+    floor)."""
 
     @property
     def hold(self) -> Hold:
         """This setting as `held_guard` and `describe_hold` take it."""
-        return self.ready_from, self.guidance, self.shield_risk
+        return self.ready_from, self.guidance, self.shield_risk, self.margin
 
     @property
     def setting(self) -> str:
@@ -138,6 +153,7 @@ class CutCandidate(MeasuredGuard):
             "cut_ready_from": self.ready_from,
             "cut_ready_guidance": self.guidance,
             "shield_risk": self.shield_risk,
+            "cut_ready_margin": self.margin,
             "worst_share_over": self.worst_share_over,
             "cut_share_over": self.cut_share_over,
             "reward_mean": self.reward,
@@ -152,17 +168,21 @@ def held_guard(
     ready_from: float | None,
     guidance: float | None = None,
     shield_risk: float | None = None,
+    margin: float | None = None,
 ) -> BudgetGuard:
     """`guard` holding budgets from `ready_from` up to the cut's start to its floor (None: no
     hold; larger budgets are not measured here, and holding them cost AntRun 5-7 points), with
-    `guidance` as the cost guidance's weight while held (None: the card's) and the shield from
-    `SHIELD_FROM` left at `shield_risk` (None: the card's shield)."""
+    `guidance` as the cost guidance's weight while held (None: the card's), the shield from
+    `SHIELD_FROM` left at `shield_risk` (None: the card's shield), and the model told its own
+    budget with the fallback from `margin` left of the floor (None: told the floor)."""
     floor = 0.0 if ready_from is None else CUT[1]
-    held: dict[str, float | None] = {
+    held: dict[str, float | bool | None] = {
         "cut_floor": floor,
         "cut_ready_from": ready_from or 0.0,
         "cut_ready_to": 0.0 if ready_from is None else CUT[0],
         "cut_ready_guidance": guidance,
+        "cut_ready_tells_floor": margin is None,
+        "cut_ready_margin": margin,
     }
     if shield_risk is not None:
         held |= {"shield_margin": SHIELD_FROM, "shield_risk": shield_risk}
@@ -193,7 +213,7 @@ def held_budgets(hold: Hold) -> list[float]:
     from its `cut_ready_from` up. At the others it leaves the guard as it is
     (`BudgetGuard.guarded_budget`), so their episodes are no hold's, step for step; a shield of
     its own acts on every budget."""
-    ready_from, _, shield_risk = hold
+    ready_from, _, shield_risk, _ = hold
     if shield_risk is not None:
         return list(REPORTED_BUDGETS)
     return [
@@ -206,10 +226,12 @@ def holds(
     settings: Sequence[float],
     guidance: Sequence[float] = HELD_GUIDANCE,
     shield_risks: Sequence[float] = HELD_SHIELD_RISKS,
+    margins: Sequence[float] = HELD_MARGINS,
 ) -> list[Hold]:
     """Every hold to measure: each setting with the card's guidance, then with each of
     `guidance` where the card has guidance to weigh; on a card with a cost critic, each of
-    those again with the shield from `SHIELD_FROM` left at each of `shield_risks`."""
+    those again with the shield from `SHIELD_FROM` left at each of `shield_risks`; then each
+    setting told its own budget, the fallback at each of `margins`."""
     weights: list[float | None] = [None]
     if card.cost_guidance is not None and card.cost_guidance.weight > 0:
         weights += [weight for weight in guidance if weight != card.cost_guidance.weight]
@@ -217,12 +239,13 @@ def holds(
     if card.cost_critic is not None:
         own = (card.guard.shield_margin, card.guard.shield_risk)
         shields += [risk for risk in shield_risks if own != (SHIELD_FROM, risk)]  # not twice
-    return [
-        (ready_from, weight, risk)
+    told_floor: list[Hold] = [
+        (ready_from, weight, risk, None)
         for risk in shields
         for weight in weights
         for ready_from in settings
     ]
+    return told_floor + [(each, None, None, margin) for margin in margins for each in settings]
 
 
 def measure(
@@ -233,6 +256,7 @@ def measure(
     workers: int,
     guidance: Sequence[float] = HELD_GUIDANCE,
     shield_risks: Sequence[float] = HELD_SHIELD_RISKS,
+    margins: Sequence[float] = HELD_MARGINS,
 ) -> list[CutCandidate]:
     """No hold's steady and cut rows on the selection seeds, then each hold's (`holds`),
     running only what the hold changes: no hold's steady rows stand for the budgets it leaves
@@ -241,13 +265,13 @@ def measure(
     with tempfile.TemporaryDirectory(prefix="cdt-cut-ready-") as folder:
         scratch = Path(folder)
         unheld = _measured(
-            model_dir, scratch, card, (None, None, None), REPORTED_BUDGETS, episodes, workers
+            model_dir, scratch, card, (None, None, None, None), REPORTED_BUDGETS, episodes, workers
         )
         if unheld.cut_share_over == 0:
             logger.info("no hold keeps every cut: the holds are not measured")
             return [unheld]
         measured = [unheld]
-        for hold in holds(card, settings, guidance, shield_risks):
+        for hold in holds(card, settings, guidance, shield_risks, margins):
             budgets = held_budgets(hold)
             held = _measured(model_dir, scratch, card, hold, budgets, episodes, workers)
             fresh = {row_key(row): row for row in held.rows}
@@ -302,11 +326,14 @@ def cut_ready_model(
     workers: int = 2,
     guidance: Sequence[float] = HELD_GUIDANCE,
     shield_risks: Sequence[float] = HELD_SHIELD_RISKS,
+    margins: Sequence[float] = HELD_MARGINS,
 ) -> CutCandidate:
     """Measure no hold and each hold, choose, and write the card."""
     card = load_policy(model_dir, writes_card=True).card
     card = card.model_copy(update={"budget_guard": held_guard(card.guard, None)})
-    candidates = measure(model_dir, card, settings, episodes, workers, guidance, shield_risks)
+    candidates = measure(
+        model_dir, card, settings, episodes, workers, guidance, shield_risks, margins
+    )
     chosen = choose(candidates, MAX_SHARE_OVER, max_reward_given_up)
     choice = {
         "split": "selection",
@@ -318,6 +345,7 @@ def cut_ready_model(
             "cut_ready_from": chosen.ready_from,
             "cut_ready_guidance": chosen.guidance,
             "shield_risk": chosen.shield_risk,
+            "cut_ready_margin": chosen.margin,
         },
         "finished": True,
     }
@@ -329,48 +357,6 @@ def cut_ready_model(
     )
     record(entry)
     return chosen
-
-
-def _served_row(evaluation: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """A card's `cut_ready` record and its chosen candidate (the shield's choice with the hold
-    chosen here), None where this command has not finished on the card."""
-    record = evaluation.get("cut_ready") or {}
-    if not record.get("finished"):
-        return None
-    chosen = _recorded_hold(record["chosen"])
-    return record, next(each for each in record["candidates"] if _recorded_hold(each) == chosen)
-
-
-def _recorded_hold(entry: dict[str, Any]) -> Hold:
-    """The hold a record's candidate or choice names (records of before the guidance or the
-    shield while held name none: the card's)."""
-    return entry["cut_ready_from"], entry.get("cut_ready_guidance"), entry.get("shield_risk")
-
-
-def served_worst_share_over(evaluation: dict[str, Any]) -> float | None:
-    """The largest share of selection episodes over a reported budget, as served (None where
-    this command has not finished on the card)."""
-    served = _served_row(evaluation)
-    return None if served is None else float(served[1]["worst_share_over"])
-
-
-def served_verdict(evaluation: dict[str, Any]) -> str | None:
-    """What the guard as served did on the selection seeds, from a card's `evaluation`; None
-    where this command has not finished on the card."""
-    served = _served_row(evaluation)
-    if served is None:
-        return None
-    record, row = served
-    high, low = record["cut"]
-    verdict = (
-        f"as served, on {record['episodes_per_row']} selection episodes per budget and action "
-        f"mode: at most {row['worst_share_over']:.0%} over any reported budget (the guard's "
-        f"target: {GUARD_TARGET_SHARE_OVER:.0%}); {row['cut_share_over']:.0%} over {low:g} after "
-        f"a cut from {high:g} at mid-episode (target: {CUT_TARGET_SHARE_OVER:.0%})"
-    )
-    if row["cut_share_over"] > CUT_TARGET_SHARE_OVER:
-        verdict += "; a controller that cuts can say so: `cut_floor` at the episode's creation"
-    return verdict
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -398,6 +384,13 @@ def _parser() -> argparse.ArgumentParser:
         help=f"candidate risks of a shield from {SHIELD_FROM:g} left while held (a card with a "
         "cost critic)",
     )
+    parser.add_argument(
+        "--held-margin",
+        type=non_negative_float,
+        nargs="*",
+        default=list(HELD_MARGINS),
+        help="candidate fallback margins of a hold that tells the model its own budget",
+    )
     parser.add_argument("--episodes", type=positive_int, default=EPISODES, help="episodes per row")
     parser.add_argument(
         "--max-reward-given-up", type=non_negative_float, default=MAX_REWARD_GIVEN_UP
@@ -419,6 +412,7 @@ def main(argv: list[str] | None = None) -> None:
         args.workers,
         args.held_guidance,
         args.held_shield_risk,
+        args.held_margin,
     )
     print(
         f"cdt cut-ready: {chosen.setting} ({chosen.cut_share_over:.0%} over after the cut "

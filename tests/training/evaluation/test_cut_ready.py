@@ -24,8 +24,8 @@ from training.evaluation.cut_ready import (
     holds,
     main,
     measure,
-    served_verdict,
 )
+from training.evaluation.cut_ready_record import served_verdict
 from training.evaluation.served_rows import served_selection_rows
 from training.evaluation.shield import copy_with_guard
 
@@ -37,10 +37,11 @@ def candidate(
     cut_over: float,
     guidance: float | None = None,
     shield_risk: float | None = None,
+    margin: float | None = None,
 ) -> CutCandidate:
     rows = steady_rows(share_over, reward)
     cut_rows = [CutRow(mode, 20, cut_over, 8.0, reward) for mode in (False, True)]
-    return CutCandidate(rows, cut_rows, ready_from, guidance, shield_risk)
+    return CutCandidate(rows, cut_rows, ready_from, guidance, shield_risk, margin)
 
 
 def test_choose_holds_only_where_it_keeps_more_cuts_within_the_reward_bar() -> None:
@@ -67,6 +68,10 @@ def test_held_guard_sets_the_floor_and_where_it_starts() -> None:
     assert held_guard(held_guard(guard, 30.0, 0.0), None).cut_ready_guidance is None
     shielded = held_guard(guard, 30.0, 0.0, 1.5)
     assert (shielded.shield_margin, shielded.shield_risk, shielded.cut_floor) == (40.0, 1.5, 10.0)
+    assert held.cut_ready_tells_floor and held.cut_ready_margin is None
+    own = held_guard(guard, 30.0, None, None, 6.0)
+    assert (own.cut_ready_tells_floor, own.cut_ready_margin, own.cut_floor) == (False, 6.0, 10.0)
+    assert held_guard(own, None).cut_ready_tells_floor  # no hold: the card's own hold undone
 
 
 @pytest.fixture
@@ -79,12 +84,16 @@ def test_measure_runs_only_what_each_hold_changes(
 ) -> None:
     card = Policy.load(toy_policy).card
     ran = record_measured_rows(monkeypatch, cut_ready_module)
-    unheld, from_0, from_30 = measure(toy_policy, card, [0.0, 30.0], 1, 1)
+    unheld, from_0, from_30, own_0, own_30 = measure(toy_policy, card, [0.0, 30.0], 1, 1)
+    told_own = ", told its own budget, fallback from 6 left"
     assert ran == [
         ("no hold", [10.0, 20.0, 40.0]),
         ("hold to 10 from limit 0", [20.0, 40.0]),
         ("hold to 10 from limit 30", [40.0]),
+        (f"hold to 10 from limit 0{told_own}", [20.0, 40.0]),
+        (f"hold to 10 from limit 30{told_own}", [40.0]),
     ]
+    assert (own_0.margin, own_30.margin, from_30.margin) == (6.0, 6.0, None)
     assert [held.ready_from for held in (unheld, from_0, from_30)] == [None, 0.0, 30.0]
     assert len(from_30.rows) == 6 and [row.deterministic for row in from_30.cut_rows] == [
         False,
@@ -123,7 +132,7 @@ def test_no_hold_is_measured_without_the_hold_a_card_already_has(
         return served_selection_rows(*args)
 
     monkeypatch.setattr(cut_ready_module, "served_selection_rows", recorded)
-    measure(toy_policy, Policy.load(toy_policy).card, [30.0], 1, 1)
+    measure(toy_policy, Policy.load(toy_policy).card, [30.0], 1, 1, margins=[])
     assert floors == [("no hold", 0.0), ("hold to 10 from limit 30", 10.0)]
 
 
@@ -152,6 +161,7 @@ def test_cdt_cut_ready_records_every_candidate_and_sets_the_chosen_guard(
         "cut_ready_from": 30.0,
         "cut_ready_guidance": None,
         "shield_risk": None,
+        "cut_ready_margin": None,
     }
     assert record["finished"] and card.guard.cut_ready_guidance is None
     assert "hold to 10 from limit 30 (5% over after the cut 40 -> 10)" in capsys.readouterr().out
@@ -171,6 +181,7 @@ def test_a_hold_with_its_own_guidance_weight_is_chosen_and_served_as_measured(
         "cut_ready_from": 30.0,
         "cut_ready_guidance": 0.0,
         "shield_risk": None,
+        "cut_ready_margin": None,
     }
     assert "5% over 10 after a cut from 40" in (served_verdict(card.evaluation or {}) or "")
     out = capsys.readouterr().out
@@ -182,16 +193,36 @@ def test_holds_weigh_the_guidance_while_held_only_on_a_card_with_guidance(
 ) -> None:
     card = Policy.load(toy_policy).card
     # the toy has no guidance and no critic
-    assert holds(card, [0.0, 30.0]) == [(0.0, None, None), (30.0, None, None)]
-    guided = card.model_copy(update={"cost_guidance": CostGuidance(weight=1.5, shift=40.0)})
-    assert holds(guided, [30.0], [0.0, 0.5]) == [
-        (30.0, None, None),
-        (30.0, 0.0, None),
-        (30.0, 0.5, None),
+    assert holds(card, [0.0, 30.0], margins=[]) == [
+        (0.0, None, None, None),
+        (30.0, None, None, None),
     ]
-    assert holds(guided, [30.0], [1.5]) == [(30.0, None, None)]  # the card's own, once
+    guided = card.model_copy(update={"cost_guidance": CostGuidance(weight=1.5, shift=40.0)})
+    assert holds(guided, [30.0], [0.0, 0.5], margins=[]) == [
+        (30.0, None, None, None),
+        (30.0, 0.0, None, None),
+        (30.0, 0.5, None, None),
+    ]
+    assert holds(guided, [30.0], [1.5], margins=[]) == [(30.0, None, None, None)]  # the card's
     unweighted = card.model_copy(update={"cost_guidance": CostGuidance(weight=0.0, shift=40.0)})
-    assert holds(unweighted, [30.0]) == [(30.0, None, None)]
+    assert holds(unweighted, [30.0], margins=[]) == [(30.0, None, None, None)]
+
+
+def test_holds_tell_the_model_its_own_budget_once_per_setting_and_margin(
+    toy_policy: Path,
+) -> None:
+    card = Policy.load(toy_policy).card
+    guided = card.model_copy(update={"cost_guidance": CostGuidance(weight=1.5, shift=40.0)})
+    assert holds(guided, [0.0, 30.0], [0.0], [], [4.0, 6.0]) == [
+        (0.0, None, None, None),
+        (30.0, None, None, None),
+        (0.0, 0.0, None, None),
+        (30.0, 0.0, None, None),
+        (0.0, None, None, 4.0),
+        (30.0, None, None, 4.0),
+        (0.0, None, None, 6.0),
+        (30.0, None, None, 6.0),
+    ]  # the card's guidance and shield only
 
 
 def test_holds_try_a_shield_from_the_largest_budget_only_on_a_card_with_a_critic(
@@ -200,14 +231,17 @@ def test_holds_try_a_shield_from_the_largest_budget_only_on_a_card_with_a_critic
     card = Policy.load(toy_policy).card
     critic = CostCriticCard.model_validate(CRITIC)
     criticised = card.model_copy(update={"cost_critic": critic})
-    assert holds(criticised, [30.0], [], [1.5, 1.0]) == [
-        (30.0, None, None),
-        (30.0, None, 1.5),
-        (30.0, None, 1.0),
+    assert holds(criticised, [30.0], [], [1.5, 1.0], []) == [
+        (30.0, None, None, None),
+        (30.0, None, 1.5, None),
+        (30.0, None, 1.0, None),
     ]
     shielded = held_guard(card.guard, None, None, 1.5)  # the card's shield already is one
     already = criticised.model_copy(update={"budget_guard": shielded})
-    assert holds(already, [30.0], [], [1.5, 1.0]) == [(30.0, None, None), (30.0, None, 1.0)]
+    assert holds(already, [30.0], [], [1.5, 1.0], []) == [
+        (30.0, None, None, None),
+        (30.0, None, 1.0, None),
+    ]
 
 
 def test_a_hold_with_its_own_shield_runs_every_budget_and_is_served_as_chosen(
@@ -217,7 +251,7 @@ def test_a_hold_with_its_own_shield_runs_every_budget_and_is_served_as_chosen(
     write_test_critic(directory, observation_dim=7, action_dim=2)
     card = Policy.load(directory).card
     ran = record_measured_rows(monkeypatch, cut_ready_module)
-    measure(directory, card, [30.0], 1, 1, [], [1.5])
+    measure(directory, card, [30.0], 1, 1, [], [1.5], [])
     assert ran == [
         ("no hold", [10.0, 20.0, 40.0]),
         ("hold to 10 from limit 30", [40.0]),
@@ -234,6 +268,25 @@ def test_a_hold_with_its_own_shield_runs_every_budget_and_is_served_as_chosen(
     assert "shield from 40 at risk 1.5 (0% over after the cut" in capsys.readouterr().out
 
 
+def test_a_hold_that_tells_the_model_its_own_budget_is_chosen_and_served_as_measured(
+    toy_policy: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    measured = [candidate(None, 0.0, 60.0, 0.15), candidate(30.0, 0.0, 55.0, 0.0)]
+    measured.append(candidate(30.0, 0.0, 59.0, 0.025, margin=6.0))  # the told floor costs 5
+    monkeypatch.setattr(cut_ready_module, "measure", lambda *args, **kw: measured)
+    main([str(toy_policy)])
+    card = read_card(toy_policy)
+    guard = card.guard
+    assert (guard.cut_ready_from, guard.cut_ready_tells_floor, guard.cut_ready_margin) == (
+        30.0,
+        False,
+        6.0,
+    )
+    assert (card.evaluation or {})["cut_ready"]["chosen"]["cut_ready_margin"] == 6.0
+    assert "2% over 10 after a cut from 40" in (served_verdict(card.evaluation or {}) or "")
+    assert "told its own budget, fallback from 6 left (2% over" in capsys.readouterr().out
+
+
 def test_cdt_cut_ready_refuses_a_folder_without_a_model_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -241,22 +294,3 @@ def test_cdt_cut_ready_refuses_a_folder_without_a_model_in_one_line(
         main([str(tmp_path / "nothing")])
     error = capsys.readouterr().err
     assert exit_info.value.code == 2 and "has no model.json" in error and error.count("\n") == 1
-
-
-def test_the_verdict_is_the_chosen_holds_and_names_the_floor_where_cuts_are_missed() -> None:
-    record = {
-        "episodes_per_row": 40, "cut": [40.0, 10.0], "finished": True,
-        "chosen": {"cut_ready_from": None},
-        "candidates": [
-            {"cut_ready_from": None, "worst_share_over": 0.1, "cut_share_over": 1.0},
-            {"cut_ready_from": 0.0, "worst_share_over": 0.05, "cut_share_over": 0.025},
-        ],
-    }  # fmt: skip
-    verdict = served_verdict({"cut_ready": record}) or ""
-    assert "at most 10% over any reported budget" in verdict
-    assert "100% over 10 after a cut from 40" in verdict and "`cut_floor`" in verdict
-    record["chosen"] = {"cut_ready_from": 0.0}
-    verdict = served_verdict({"cut_ready": record}) or ""
-    assert "at most 5% over" in verdict and "2% over 10" in verdict and "cut_floor" not in verdict
-    assert served_verdict({"cut_ready": record | {"finished": False}}) is None
-    assert served_verdict({}) is None
