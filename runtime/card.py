@@ -306,11 +306,31 @@ class ModelCard(BaseModel):
             "it is created"
         ]
 
+    def guard_misses(self, target_cost: float) -> list[str]:
+        """Warn where the guard was measured from outside at this steady budget to let more
+        episodes over than its target (`budget_guard_measured`; the worst action mode)."""
+        rows = [
+            row
+            for row in self.budget_guard_measured or []
+            if not row.cost_schedule and row.budget == target_cost
+        ]
+        worst = max(rows, key=lambda row: row.guarded.share_over_budget, default=None)
+        if worst is None or worst.guarded.share_over_budget <= GUARD_TARGET_SHARE_OVER:
+            return []
+        return [
+            f"{self.name} {self.version} with the budget guard ended over a budget of "
+            f"{target_cost:g} in {worst.guarded.share_over_budget:.0%} of {worst.episodes} "
+            f"episodes measured from outside ({worst.action_mode} actions; the guard's target: "
+            f"{GUARD_TARGET_SHARE_OVER:.0%})"
+        ]
+
     def budget_warnings(self, target_cost: float, guarded: bool = False) -> list[str]:
         """Warn when an episode's cost limit lies outside the validated range (for an episode
-        with the budget guard on, also outside the range the guard was measured to keep)."""
+        with the budget guard on, also outside the range the guard was measured to keep, and
+        at a budget where it was measured to miss its target: `guard_misses`)."""
+        misses = self.guard_misses(target_cost) if guarded else []
         if self.validated_cost_range is None or _within(target_cost, self.validated_cost_range):
-            return []
+            return misses
         # every step's answer asks: the guard's rows are read only where the model's range misses
         ranges = [self.validated_cost_range]
         guard_range = self.guard_validated_range() if guarded else None
@@ -319,10 +339,11 @@ class ModelCard(BaseModel):
                 return []
             ranges.append(guard_range)
         named = " or ".join(f"[{low:g}, {high:g}]" for low, high in ranges)
-        return [
+        outside = (
             f"cost limit {target_cost:g} lies outside the validated range {named} of "
             f"{self.name} {self.version}; the cost is not guaranteed"
-        ]
+        )
+        return [outside, *misses]
 
 
 def _within(value: float, bounds: tuple[float, float]) -> bool:

@@ -179,3 +179,20 @@ def test_a_guarded_episode_is_not_warned_within_the_budgets_the_guard_kept(
     missed = [guard_row(10.0, 0.1), guard_row(40.0, 0.0)]
     broken = card.model_copy(update={"budget_guard_measured": missed})
     assert broken.guard_validated_range() is None and broken.budget_warnings(10.0, guarded=True)
+
+
+def test_a_guarded_episode_is_warned_at_a_budget_the_guard_was_measured_to_miss(
+    tmp_path: Path,
+) -> None:
+    card = write_card(tmp_path, CARD)  # no validated range: no range to warn of
+    missed = [guard_row(10.0, 0.1), guard_row(20.0, 0.05), guard_row(40.0, 0.5, "0:40,150:10")]
+    measured = card.model_copy(update={"budget_guard_measured": missed})
+    (warning,) = measured.budget_warnings(10.0, guarded=True)
+    assert f"{card.name} {card.version} with the budget guard ended over a budget of 10" in warning
+    assert "in 10% of 20 episodes measured from outside" in warning and "target: 5%" in warning
+    assert measured.budget_warnings(10.0) == []  # unguarded: the guard's rows say nothing
+    assert measured.budget_warnings(20.0, guarded=True) == []  # at the target: kept
+    assert measured.budget_warnings(40.0, guarded=True) == []  # a cut's row is not a budget
+    ranged = measured.model_copy(update={"validated_cost_range": (30.0, 60.0)})
+    outside, miss = ranged.budget_warnings(10.0, guarded=True)
+    assert "validated range [30, 60]" in outside and "ended over a budget of 10" in miss
