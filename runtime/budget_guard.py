@@ -184,7 +184,7 @@ class BudgetGuard(BaseModel):
             raise ValueError("cut_ready_to must be 0 (no bound) or at least cut_ready_from")
         return self
 
-    def reserve(self, steps_left: int, limit: float = float("inf")) -> float:
+    def reserve(self, steps_left: int, limit: float) -> float:
         """The budget left at or below which the fallback takes over, in an episode whose cost
         limit (the budget the guard acts on plus the cost spent) is `limit`."""
         margin = self.fallback_margin

@@ -60,7 +60,7 @@ def test_decide_leaves_mean_action_episodes_alone_until_the_fallback() -> None:
 
 def test_decide_keeps_a_reserve_for_the_fallbacks_own_cost_per_step_left() -> None:
     guard = GUARD.model_copy(update={"fallback_cost_rate": 0.1})
-    assert guard.reserve(30) == pytest.approx(5.0)
+    assert guard.reserve(30, limit=40.0) == pytest.approx(5.0)
     assert guard.decide(4.0, 30, deterministic=True).action is GuardAction.FALLBACK
     assert guard.decide(4.0, 10, deterministic=True) is UNGUARDED  # reserve 3 by then
 
