@@ -46,6 +46,8 @@ from runtime.episodes import (
 from runtime.evaluation_protocol import action_mode, target_reward_for
 from runtime.policy import Policy
 from runtime.scores import normalised_reward
+from runtime.sim import check_memory_for
+from runtime.user_errors import exit_on_user_errors
 from training.evaluation.evaluate import onnx_episode_policy
 
 FALLBACK_ONLY = {"mean_action_pace": 0.0, "full_noise_pace": 0.0, "hidden_reserve": 0.0}
@@ -127,6 +129,7 @@ def released_as_new(
     return told_afresh
 
 
+@exit_on_user_errors("bench/guard_alternatives.py")
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="model name under --models-dir")
@@ -140,6 +143,7 @@ def main(argv: list[str] | None = None) -> None:
         "--alternatives", nargs="+", type=parse_alternative, default=list(ALTERNATIVES.items())
     )
     args = parser.parse_args(argv)
+    check_memory_for(args.episodes)  # a row's episodes step together, one env each
     policy = Policy.load(args.models_dir / args.model)
     card, base = policy.card, onnx_episode_policy(policy)
     reward_range = card.reward_return_range or (0.0, 1.0)

@@ -2,7 +2,9 @@
 
 Needs the `[sim]` extra (gymnasium, bullet-safety-gym); nothing here is imported by the service.
 A task id no simulator knows is an `UnknownTask` wherever an env is made (`make_env`,
-`check_task`): one line naming the task and the known ones, exit code 2, in every command.
+`check_task`): one line naming the task and the known ones, exit code 2, in every command; so is
+a command's run of more envs at once than the memory left holds (`check_memory_for`, before its
+first episode), which the kernel would kill without a word.
 """
 
 from __future__ import annotations
@@ -12,9 +14,15 @@ import functools
 import importlib
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, cast
 
 from runtime.user_errors import UserError
+
+ENV_MEMORY_BYTES = 90 * 2**20
+"""The most one running Bullet-Safety-Gym env holds: 29 MB (AntRun, BallRun) to 85 MB (CarCircle,
+CarRun), measured over 20 envs each 50 steps in (docs/training.md, Evaluation)."""
+MEMINFO = Path("/proc/meminfo")
 
 
 class UnknownTask(UserError, ValueError):
@@ -132,3 +140,35 @@ def seed_simulator(seed: int) -> None:
 
     random.seed(seed)
     np.random.seed(seed % 2**32)
+
+
+class NotEnoughMemory(UserError):
+    """More simulator envs at once than the memory left holds: a user's choice of episodes."""
+
+
+def available_memory(meminfo: Path = MEMINFO) -> int | None:
+    """Bytes the kernel says new work can take (`MemAvailable`); None where it does not say."""
+    try:
+        lines = meminfo.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        name, _, value = line.partition(":")
+        if name == "MemAvailable":
+            return int(value.split()[0]) * 1024  # "12345 kB"
+    return None
+
+
+def check_memory_for(envs: int, processes: int = 1, available: int | None = None) -> None:
+    """Raise `NotEnoughMemory` where `envs` envs in each of `processes` processes at once need
+    more than the memory available (`available_memory` unless given; unknown: no check)."""
+    available = available_memory() if available is None else available
+    need = envs * processes * ENV_MEMORY_BYTES
+    if available is None or need <= available:
+        return
+    each = f" in each of {processes} processes" if processes > 1 else ""
+    raise NotEnoughMemory(
+        f"{envs} episodes stepped together{each} need about {need / 2**30:.1f} GiB "
+        f"({ENV_MEMORY_BYTES // 2**20} MB per simulator env) and {available / 2**30:.1f} GiB is "
+        "available: run fewer episodes at once (fewer per seed or per call, or fewer workers)"
+    )

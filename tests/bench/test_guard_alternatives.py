@@ -7,8 +7,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench.guard_alternatives import parse_alternative, released_as_new, row
+from bench.guard_alternatives import main, parse_alternative, released_as_new, row
 from runtime.episodes import EpisodeResult, EpisodeSpec
+from runtime.sim import ENV_MEMORY_BYTES
+from runtime.user_errors import USER_ERROR_EXIT
 
 
 def test_a_row_gives_the_reward_earned_by_mid_episode_in_points_of_the_range() -> None:
@@ -48,3 +50,15 @@ def test_windows_past_the_release_are_told_their_episode_began_there() -> None:
     assert fed["returns_to_go"].tolist() == [[420.0], [500.0]]
     assert fed["costs_to_go"] is windows["costs_to_go"]  # the budget left is the guard's
     assert weights == [None, 0.0]
+
+
+def test_more_episodes_than_memory_holds_is_one_line_before_a_model_loads(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("runtime.sim.available_memory", lambda: 3 * ENV_MEMORY_BYTES)
+    with pytest.raises(SystemExit) as exited:
+        main(["--model", "absent", "--models-dir", "/nonexistent", "--episodes", "4"])
+    assert exited.value.code == USER_ERROR_EXIT
+    said = capsys.readouterr().err.strip()
+    assert said.startswith("bench/guard_alternatives.py: 4 episodes stepped together need about")
+    assert "\n" not in said

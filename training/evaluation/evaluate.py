@@ -44,7 +44,7 @@ from runtime.evaluation_protocol import (
 from runtime.files import write_atomic
 from runtime.policy import Policy
 from runtime.scores import normalised_cost, normalised_reward
-from runtime.sim import check_task
+from runtime.sim import check_memory_for, check_task
 from runtime.user_errors import UserError, exit_on_user_errors
 from training.card_update import record_evaluation
 from training.evaluation.inputs import (
@@ -123,6 +123,8 @@ def run_parallel(jobs: list[RolloutJob], workers: int, label: str) -> list[Episo
     come in the jobs' order, however the workers finish (rows summarised from them keep it)."""
     for task in sorted({job.task for job in jobs}):
         check_task(task)  # once, before a bar is drawn or a worker starts (each would fail)
+    if jobs:  # the largest jobs, one per worker, may run side by side
+        check_memory_for(max(len(job.specs) for job in jobs), max(min(workers, len(jobs)), 1))
     results: list[EpisodeResult] = []
     total = sum(len(job.specs) for job in jobs)
     with tqdm(total=total, desc=label, unit="episode") as progress:

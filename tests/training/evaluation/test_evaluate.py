@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from runtime.episodes import EpisodeSpec
+from runtime.sim import ENV_MEMORY_BYTES, NotEnoughMemory
 from tests.service.toy_policy import write_test_policy
 from training.evaluation import evaluate as evaluate_module
 from training.evaluation.evaluate import (
@@ -107,6 +108,19 @@ def test_run_parallel_returns_episodes_in_the_jobs_order_however_workers_finish(
 
     monkeypatch.setattr(evaluate_module, "as_completed", last_first)
     assert run_parallel(jobs, workers=2, label="toy") == [1, 2, 3]
+
+
+def test_run_parallel_refuses_jobs_whose_workers_together_outgrow_memory_before_starting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    specs = tuple(EpisodeSpec(seed, target_reward=50.0, target_cost=10.0) for seed in range(3))
+    jobs = [RolloutJob("toy", TASK, specs), RolloutJob("toy", TASK, specs[:1])]
+    monkeypatch.setattr("runtime.sim.available_memory", lambda: 5 * ENV_MEMORY_BYTES)
+    monkeypatch.setattr(evaluate_module, "run_job", lambda job: pytest.fail("a job started"))
+    with pytest.raises(NotEnoughMemory, match=r"^3 episodes stepped together in each of 2 "):
+        run_parallel(jobs, workers=2, label="toy")
+    monkeypatch.setattr(evaluate_module, "run_job", lambda job: [len(job.specs)])
+    assert run_parallel(jobs, workers=1, label="toy") == [3, 1]  # one at a time fits
 
 
 def test_plot_sweep_writes_a_png(tmp_path: Path) -> None:
