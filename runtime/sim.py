@@ -23,6 +23,8 @@ ENV_MEMORY_BYTES = 90 * 2**20
 """The most one running Bullet-Safety-Gym env holds: 29 MB (AntRun, BallRun) to 85 MB (CarCircle,
 CarRun), measured over 20 envs each 50 steps in (docs/training.md, Evaluation)."""
 MEMINFO = Path("/proc/meminfo")
+CGROUP = Path("/sys/fs/cgroup")
+"""A container's memory limit (cgroup v2): /proc/meminfo there reports the host's memory."""
 
 
 class UnknownTask(UserError, ValueError):
@@ -146,8 +148,15 @@ class NotEnoughMemory(UserError):
     """More simulator envs at once than the memory left holds: a user's choice of episodes."""
 
 
-def available_memory(meminfo: Path = MEMINFO) -> int | None:
-    """Bytes the kernel says new work can take (`MemAvailable`); None where it does not say."""
+def available_memory(meminfo: Path = MEMINFO, cgroup: Path = CGROUP) -> int | None:
+    """Bytes the kernel says new work can take (`MemAvailable`), no more than a cgroup v2
+    limit leaves (`memory.max` less `memory.current`); None where neither says."""
+    free = [_meminfo_available(meminfo), _cgroup_left(cgroup)]
+    known = [value for value in free if value is not None]
+    return min(known) if known else None
+
+
+def _meminfo_available(meminfo: Path) -> int | None:
     try:
         lines = meminfo.read_text().splitlines()
     except OSError:
@@ -157,6 +166,15 @@ def available_memory(meminfo: Path = MEMINFO) -> int | None:
         if name == "MemAvailable":
             return int(value.split()[0]) * 1024  # "12345 kB"
     return None
+
+
+def _cgroup_left(cgroup: Path) -> int | None:
+    try:
+        limit = (cgroup / "memory.max").read_text().strip()
+        used = int((cgroup / "memory.current").read_text())
+    except (OSError, ValueError):
+        return None
+    return None if limit == "max" else max(int(limit) - used, 0)
 
 
 def check_memory_for(envs: int, processes: int = 1, available: int | None = None) -> None:

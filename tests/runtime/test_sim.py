@@ -31,12 +31,24 @@ def test_check_task_names_an_unknown_id_and_gymnasiums_guess(task: str, said: st
 
 
 def test_available_memory_reads_memavailable_and_says_none_without_it(tmp_path: Path) -> None:
-    meminfo = tmp_path / "meminfo"
+    meminfo, no_cgroup = tmp_path / "meminfo", tmp_path / "no-cgroup"
     meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:   2048 kB\n")
-    assert available_memory(meminfo) == 2048 * 1024
+    assert available_memory(meminfo, no_cgroup) == 2048 * 1024
     meminfo.write_text("MemTotal:       24000000 kB\n")
-    assert available_memory(meminfo) is None
-    assert available_memory(tmp_path / "absent") is None
+    assert available_memory(meminfo, no_cgroup) is None
+    assert available_memory(tmp_path / "absent", no_cgroup) is None
+
+
+def test_available_memory_keeps_within_a_containers_cgroup_limit(tmp_path: Path) -> None:
+    meminfo, cgroup = tmp_path / "meminfo", tmp_path / "cgroup"
+    meminfo.write_text("MemAvailable:   2048 kB\n")  # the host's, in a container
+    cgroup.mkdir()
+    (cgroup / "memory.max").write_text("1000000\n")
+    (cgroup / "memory.current").write_text("400000\n")
+    assert available_memory(meminfo, cgroup) == 600_000
+    (cgroup / "memory.max").write_text("max\n")  # no limit: the kernel's figure
+    assert available_memory(meminfo, cgroup) == 2048 * 1024
+    assert available_memory(tmp_path / "absent", cgroup) is None
 
 
 def test_check_memory_for_counts_every_process_and_names_the_way_out() -> None:
