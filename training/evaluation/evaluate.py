@@ -96,7 +96,7 @@ def run_in_chunks(
     check_task(task)  # a task no simulator has: one line, before any bar is drawn
     bar = tqdm(total=len(specs), desc="selection episodes", unit="episode", leave=False)
     try:
-        # in chunks: one Bullet env holds ~90 MB, and 120 of them at once took 10.7 GB
+        # in chunks: each episode's env holds up to runtime.sim.ENV_MEMORY_BYTES
         return [
             result
             for start in range(0, len(specs), EPISODES_AT_ONCE)
